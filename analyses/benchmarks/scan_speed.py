@@ -1,0 +1,162 @@
+"""Scan speed and memory against the plain forward and the cache-all-patterns route.
+
+For each prompt length N (default 1024, 2048, 4096, 8192) on one pydoc prompt, in one run:
+
+- ``forward``: the plain HF forward with sdpa (the floor);
+- ``scan``: ``interp.scan`` with every measurement of the head-finding report plus long-range slash;
+- ``cache``: TransformerLens ``run_with_cache`` on every ``hook_pattern``, then diagonal means (the
+  slash scores at every lag), only where the patterns fit in memory.
+
+Each measurement runs in its own subprocess (so its peak resident memory is its own), after a short
+warm-up; times are the minimum over ``--repeats``. Prints the table with the ratios scan/forward and
+cache/scan and writes ``figures/scan_speed.csv`` and ``figures/scan_speed.png``.
+
+    python analyses/benchmarks/scan_speed.py [--lengths 1024 2048 4096 8192] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIG = ROOT / "figures"
+
+
+def _peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker(mode: str, n: int, repeats: int, model_name: str) -> dict:
+    """Time one mode at one length in this process; returns seconds (min), peak and baseline RSS."""
+    import torch
+
+    import interp
+    from interp.stats.slash import slash_from_pattern
+
+    model = interp.load_model(model_name, device="cpu")
+    tokens = interp.corpus.prompts(model, "pydoc", 1, n)
+    if mode == "cache":
+        model.bridge  # boot outside the timing
+    base = _rss_mb()
+
+    def run() -> None:
+        if mode == "forward":
+            with torch.inference_mode():
+                model.hf(tokens, use_cache=False)
+        elif mode == "scan":
+            interp.scan(model, tokens)
+        else:
+            with torch.inference_mode():
+                _, cache = model.bridge.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
+                for layer in range(model.card.n_layers):
+                    slash_from_pattern(cache[f"blocks.{layer}.attn.hook_pattern"][0])
+                del cache
+
+    with torch.inference_mode():
+        model.hf(tokens[:, :64], use_cache=False)  # warm-up (kernels, allocator)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return {"mode": mode, "n": n, "seconds": min(times), "peak_rss_mb": _peak_rss_mb(), "base_rss_mb": base}
+
+
+def _mem_available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--worker", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.repeats, args.model)))
+        return
+
+    import pandas as pd
+
+    from interp.models import load_model
+
+    card = load_model(args.model, device="cpu").card
+    rows = []
+    for n in args.lengths:
+        for mode in ("forward", "scan", "cache"):
+            pattern_mb = card.n_layers * card.n_heads * n * n * 4 / 2**20
+            if mode == "cache" and pattern_mb > 0.5 * _mem_available_mb():
+                print(f"N={n}: cache route skipped, its patterns need {pattern_mb / 1024:.1f} GiB", flush=True)
+                rows.append({"mode": mode, "n": n, "seconds": float("nan"), "peak_rss_mb": float("nan"), "base_rss_mb": float("nan")})
+                continue
+            reps = 1 if mode == "cache" else args.repeats
+            cmd = [sys.executable, __file__, "--worker", mode, str(n), "--repeats", str(reps), "--model", args.model]
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            if res.returncode != 0:
+                print(res.stderr[-2000:], file=sys.stderr)
+                raise SystemExit(f"worker {mode} N={n} failed")
+            row = json.loads(res.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"N={n} {mode:8s} {row['seconds']:8.2f} s  peak RSS {row['peak_rss_mb'] / 1024:6.2f} GiB", flush=True)
+    df = pd.DataFrame(rows)
+    wide = df.pivot(index="n", columns="mode", values="seconds")
+    mem = df.pivot(index="n", columns="mode", values="peak_rss_mb") / 1024
+    table = pd.DataFrame({
+        "forward_s": wide["forward"], "scan_s": wide["scan"], "cache_s": wide.get("cache"),
+        "scan/forward": wide["scan"] / wide["forward"], "cache/scan": wide.get("cache") / wide["scan"],
+        "peak_GiB_forward": mem["forward"], "peak_GiB_scan": mem["scan"], "peak_GiB_cache": mem.get("cache"),
+    })
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, torch {__import__('torch').__version__}"
+    print(f"\nmodel {args.model}; machine: {machine}\n")
+    print(table.round(2).to_string())
+    FIG.mkdir(exist_ok=True)
+    table.assign(machine=machine, model=args.model).to_csv(FIG / "scan_speed.csv")
+    _plot(table, machine, args.model)
+
+
+def _plot(table, machine: str, model: str) -> None:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("time (s)", "peak resident memory (GiB)"))
+    for col, name in (("forward_s", "plain sdpa forward"), ("scan_s", "interp scan"), ("cache_s", "run_with_cache patterns")):
+        if col in table and table[col].notna().any():
+            fig.add_trace(go.Scatter(x=table.index, y=table[col], mode="lines+markers", name=name), row=1, col=1)
+    for col, name in (("peak_GiB_forward", "forward"), ("peak_GiB_scan", "scan"), ("peak_GiB_cache", "cache")):
+        if col in table and table[col].notna().any():
+            fig.add_trace(go.Scatter(x=table.index, y=table[col], mode="lines+markers", name=name + " memory",
+                                     line=dict(dash="dot")), row=1, col=2)
+    fig.update_xaxes(type="log", title="tokens per prompt")
+    fig.update_layout(title=f"{model}: scan vs forward vs cache route ({machine})", width=1100, height=450)
+    try:
+        fig.write_image(FIG / "scan_speed.png")
+    except Exception as err:  # kaleido needs a browser; the HTML is always written
+        print(f"PNG not written ({err}); wrote HTML instead")
+    fig.write_html(FIG / "scan_speed.html", include_plotlyjs=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""interp: mechanistic interpretability of attention geometry under RoPE.
+
+Axis conventions (used in every jaxtyping annotation and DataFrame column):
+
+- ``batch``: prompts run together; ``prompt``: index of a prompt in a scan.
+- ``pos``: token position (``q_pos`` / ``k_pos`` when both appear).
+- ``layer``; ``head`` (query head); ``kv_head`` (key/value head; query head ``h`` reads
+  kv head ``h // (n_heads // n_kv_heads)``).
+- ``d_head``: channels of one head; ``freq``: rotation-plane index, 0 = highest frequency.
+- ``delta``: lag, query position minus key position.
+
+Captured vectors use one layout: ``[pos, head, d_head]`` (keys ``[pos, kv_head, d_head]``).
+
+Quick use::
+
+    import interp
+    model = interp.load_model("smollm2-135m")
+    prompts = interp.corpus.prompts(model, "pydoc", n_prompts=4, n_tokens=512)
+    result = interp.scan(model, prompts)
+    result.heads            # one row per (layer, head)
+"""
+
+from interp import corpus
+from interp.models import ModelCard, LoadedModel, load_model, zoo_table
+from interp.capture import Capture, capture, expand_kv, verify_attention
+from interp.scan import ScanConfig, ScanResult, scan, merge_results
+from interp.report import write_report
+
+__all__ = [
+    "ModelCard", "LoadedModel", "load_model", "zoo_table",
+    "Capture", "capture", "expand_kv", "verify_attention",
+    "ScanConfig", "ScanResult", "scan", "merge_results", "write_report", "corpus",
+]

@@ -1,0 +1,201 @@
+"""Exact attention recomputed from captured queries and keys: full patterns and query blocks.
+
+Both paths apply what the model applies: its scale (``module.scaling``; Gemma-3 uses
+``query_pre_attn_scalar ** -0.5``), optional logit soft-capping ``c * tanh(x / c)``, the causal mask
+and a sliding window (key j visible from query i iff ``0 <= i - j < window``), and the GQA/MQA
+mapping (query head h reads kv head ``h // (n_heads // n_kv_heads)``).
+
+The block path never holds a ``[head, pos, pos]`` tensor: each block of ``B`` queries sees keys
+``0..i1-1`` and its rows are normalised exactly (log-sum-exp over the whole visible row). Keys are
+laid out *reversed* inside a block (column m holds key ``i1 - 1 - m``) so that a constant lag is a
+constant-stride line, which makes per-lag sums a strided view instead of a gather (see ``lag_sums``).
+
+Leaf module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from jaxtyping import Float
+
+from interp.errors import ShapeError
+
+
+def expand_kv(k: Float[torch.Tensor, "pos kv_head d_head"], n_heads: int) -> Float[torch.Tensor, "pos head d_head"]:
+    """Repeat each kv head for the query heads that read it (h -> h // (n_heads // n_kv_heads)).
+
+    Raises:
+        ShapeError: ``k`` is not 3-D or ``n_heads`` is not a multiple of its kv heads.
+    """
+    if k.dim() != 3 or n_heads % k.shape[1]:
+        raise ShapeError(f"expand_kv expects [pos, kv_head, d_head] with n_heads % kv_head == 0; got {tuple(k.shape)}, n_heads={n_heads}")
+    return k.repeat_interleave(n_heads // k.shape[1], dim=1)
+
+
+def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """``[q_pos, k_pos]`` bool: causal and (if set) sliding-window visibility."""
+    lag = q_pos[:, None] - k_pos[None, :]
+    ok = lag >= 0
+    if window is not None:
+        ok &= lag < window
+    return ok
+
+
+def _logits(q, k, scale: float, softcap: float | None):
+    """``[kv_head, group*B, K]`` logits from q ``[kv_head, group*B, d]`` and k^T ``[kv_head, d, K]`` (scale on q: B*d multiplies, not B*K)."""
+    s = torch.matmul(q * scale, k)
+    if softcap:
+        s = torch.tanh(s / softcap).mul_(softcap)
+    return s
+
+
+def _grouped(q: torch.Tensor, n_kv: int) -> torch.Tensor:
+    """``[B, head, d]`` -> ``[kv_head, group*B, d]`` (query heads of one kv head side by side)."""
+    B, H, D = q.shape
+    return q.permute(1, 0, 2).reshape(n_kv, (H // n_kv) * B, D)
+
+
+def check_qk(q: torch.Tensor, k: torch.Tensor) -> None:
+    """Raise ShapeError unless q is ``[pos, head, d]`` and k ``[pos, kv_head, d]`` with matching pos/d and head % kv_head == 0."""
+    if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2] or q.shape[1] % k.shape[1]:
+        raise ShapeError(
+            f"expected q [pos, head, d_head] and k [pos, kv_head, d_head] with equal pos and d_head and head % kv_head == 0; "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+
+
+def attention_pattern(
+    q: Float[torch.Tensor, "pos head d_head"],
+    k: Float[torch.Tensor, "pos kv_head d_head"],
+    scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> Float[torch.Tensor, "head q_pos k_pos"]:
+    """Full attention probabilities of every head (materialised; for short prompts and tests).
+
+    Rows are queries, columns keys; masked entries are exactly 0 and each row sums to 1.
+    """
+    check_qk(q, k)
+    N, H, _ = q.shape
+    n_kv = k.shape[1]
+    s = _logits(_grouped(q, n_kv), k.permute(1, 2, 0), scale, softcap).reshape(H, N, N)
+    pos = torch.arange(N, device=q.device)
+    s = s.masked_fill(~_visible(pos, pos, window), float("-inf"))
+    return torch.softmax(s, dim=-1)
+
+
+@dataclass
+class Block:
+    """One query block of exact attention.
+
+    Attributes:
+        i0, i1: the block's queries are positions ``i0..i1-1`` (``B = i1 - i0``); keys are ``0..i1-1``.
+        probs_rev: ``[head, B, i1]`` probabilities with keys reversed: column m is key ``i1 - 1 - m``.
+    """
+
+    i0: int
+    i1: int
+    probs_rev: torch.Tensor
+
+    def key_column(self, j: int) -> torch.Tensor:
+        """``[head, B]`` attention of each query in the block to key ``j``."""
+        return self.probs_rev[:, :, self.i1 - 1 - j]
+
+
+def _block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap):
+    """Masked logits ``[head, B, i1]`` of queries i0..i1-1 against keys i1-1..0 (reversed)."""
+    N, H = q.shape[0], q.shape[1]
+    B = i1 - i0
+    s = _logits(_grouped(q[i0:i1], n_kv), k_rev[:, N - i1 :].transpose(-1, -2), scale, softcap)
+    s = s.view(n_kv, H // n_kv, B, i1).reshape(H, B, i1)
+    q_pos = torch.arange(i0, i1, device=q.device)
+    if window is not None and i1 > window:  # the window can hide any column: mask the whole row
+        s.masked_fill_(~_visible(q_pos, torch.arange(i1 - 1, -1, -1, device=q.device), window), float("-inf"))
+    else:  # only the diagonal block (the first B reversed columns) holds future keys
+        s[:, :, :B].masked_fill_(~_visible(q_pos, torch.arange(i1 - 1, i0 - 1, -1, device=q.device), None), float("-inf"))
+    return s
+
+
+
+
+def attention_blocks(
+    q: Float[torch.Tensor, "pos head d_head"],
+    k: Float[torch.Tensor, "pos kv_head d_head"],
+    scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
+    block_size: int = 256,
+    v: Float[torch.Tensor, "pos kv_head d_head"] | None = None,
+    out: Float[torch.Tensor, "pos head d_head"] | None = None,
+) -> Iterator[Block]:
+    """Yield exact attention one query block at a time, all heads at once.
+
+    Each row is normalised over its whole visible row (all keys ``0..i``), so probabilities are
+    exact, not online estimates. If ``v`` and ``out`` are given, the attention output ``P @ V`` of
+    each block is written into ``out[i0:i1]`` (the same probabilities serve the model's forward and
+    the statistics). Memory per block is ``O(head * block_size * pos)``.
+    """
+    check_qk(q, k)
+    N, H, D = q.shape
+    n_kv = k.shape[1]
+    g = H // n_kv
+    k_rev = k.flip(0).permute(1, 0, 2)  # [kv, N, d]; column m of the full reversed row = key N-1-m
+    v_rev = None if v is None else v.flip(0).permute(1, 0, 2)
+    for i0 in range(0, N, block_size):
+        i1 = min(N, i0 + block_size)
+        B = i1 - i0
+        p = torch.softmax(_block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap), dim=-1)
+        if v_rev is not None and out is not None:
+            o = torch.matmul(p.view(n_kv, g * B, i1), v_rev[:, N - i1 :])  # [kv, g*B, d]
+            out[i0:i1] = o.view(n_kv, g, B, D).reshape(H, B, D).permute(1, 0, 2)
+        yield Block(i0, i1, p)
+
+
+def key_weight(
+    q: Float[torch.Tensor, "pos head d_head"],
+    k: Float[torch.Tensor, "pos kv_head d_head"],
+    scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
+    block_size: int = 256,
+    key: int = 0,
+) -> Float[torch.Tensor, "head pos"]:
+    """Attention of every query to one key (``A[:, i, key]``, 0 where masked), block-wise and exact."""
+    check_qk(q, k)
+    N, H, _ = q.shape
+    k_rev = k.flip(0).permute(1, 0, 2)
+    out = torch.zeros(H, N, dtype=q.dtype, device=q.device)
+    for i0 in range(max(0, key // block_size * block_size), N, block_size):
+        i1 = min(N, i0 + block_size)
+        s = _block_logits(q, k_rev, k.shape[1], i0, i1, scale, window, softcap)
+        out[:, i0:i1] = torch.softmax(s, dim=-1)[:, :, i1 - 1 - key]
+    return out
+
+
+def _shear_sum(x: torch.Tensor) -> torch.Tensor:
+    """``[head, B, K]`` reversed-key rows -> ``[head, K - B + 1]``: sum over r of ``x[:, r, delta + B - 1 - r]``."""
+    H, B, K = x.shape
+    n = K - B + 1
+    view = x.as_strided((H, B, n), (x.stride(0), x.stride(1) - 1, 1), storage_offset=x.storage_offset() + B - 1)
+    return view.sum(dim=1)
+
+
+def lag_sums(probs_rev: torch.Tensor) -> Float[torch.Tensor, "head delta"]:
+    """Sum over a block's queries of ``A[i, i - delta]`` for every lag ``delta = 0..i1-1``.
+
+    With keys reversed, entry (r, delta) sits at column ``delta + B - 1 - r`` of row r: along a
+    lag the flat offset grows by ``row_stride - 1`` per row, so a strided view summed over rows
+    gives all lags at once with no copy. Lags up to ``i0`` stay inside every row; the few larger
+    lags (keys ``0..B-2``) come from a zero-padded copy of the last ``B - 1`` columns.
+    """
+    H, B, K = probs_rev.shape
+    i0 = K - B
+    out = probs_rev.new_zeros(H, K)
+    out[:, : i0 + 1] = _shear_sum(probs_rev)
+    if B > 1:
+        tail = torch.nn.functional.pad(probs_rev[:, :, K - B + 1 :], (0, B - 1))  # keys B-2..0, then zeros
+        out[:, i0 + 1 :] = _shear_sum(tail)[:, : B - 1]
+    return out

@@ -1,0 +1,169 @@
+"""Command line: ``interp models | scan | merge | report | verify``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from interp.errors import InterpError
+
+app = typer.Typer(help="Attention-geometry toolkit: find slash-dominant heads, sinks and low-rank q/k in open LMs, offline.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+console = Console()
+
+
+def _fail(err: Exception) -> None:
+    console.print(f"[bold red]error:[/] {err}")
+    raise typer.Exit(2)
+
+
+def _show(df, title: str, cols: list[str], n: int) -> None:
+    table = Table(title=title)
+    cols = [c for c in cols if c in df]
+    for c in cols:
+        table.add_column(c, justify="right")
+    for row in df[cols].head(n).itertuples(index=False):
+        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+    console.print(table)
+
+
+def _top_sdh(heads, n: int) -> None:
+    sdh = heads[heads["is_sdh"]].sort_values("slash_score", ascending=False)
+    _show(sdh, f"Top slash-dominant heads ({len(sdh)} of {len(heads)} heads have score >= kappa at a lag 0..4)",
+          ["layer", "head", "slash_delta", "slash_score", "r1_q", "r1_k", "sink_weight", "ood_ratio"], n)
+
+
+@app.command()
+def models() -> None:
+    """List the model zoo, whether each model is installed, and how to install it."""
+    from interp.models import zoo_table
+
+    table = Table(title="interp model zoo (offline)")
+    for c in ("name", "description", "installed", "install"):
+        table.add_column(c)
+    for r in zoo_table():
+        table.add_row(r["name"], r["description"], r["installed"], r["install"])
+    console.print(table)
+
+
+def _shard(spec: Optional[str]) -> tuple[int, int]:
+    if spec is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        _fail(InterpError(f"--shard takes I/N with 0 <= I < N (e.g. 0/4), got {spec!r}"))
+    return i, n
+
+
+@app.command()
+def scan(
+    model: str = typer.Argument("smollm2-135m", help="zoo name or local:PATH"),
+    corpus: str = typer.Option("pydoc", help="pydoc | stdlib | random"),
+    prompts: int = typer.Option(8, help="number of prompts"),
+    tokens: int = typer.Option(1024, help="tokens per prompt"),
+    seed: int = typer.Option(0, help="prompt selection seed"),
+    out: Path = typer.Option(Path("out/scan"), help="output folder"),
+    ood: bool = typer.Option(False, "--ood", help="also scan random-token prompts and report OOD ratios"),
+    shard: Optional[str] = typer.Option(None, help="I/N: scan only prompts i with i % N == I and write raw state"),
+    block_size: int = typer.Option(128, help="queries per attention block"),
+    device: Optional[str] = typer.Option(None, help="cpu | cuda (default: cuda if available)"),
+    top: int = typer.Option(15, help="rows of the SDH table to print"),
+) -> None:
+    """Scan a model on a corpus; write heads.csv, long_slash.csv, report.html and raw state into OUT."""
+    from interp import corpus as corpus_mod
+    from interp.models import load_model
+    from interp.report.bundle import write_outputs
+    from interp.scan import ScanConfig, scan as run_scan
+
+    i, n = _shard(shard)
+    try:
+        with console.status(f"loading {model}"):
+            m = load_model(model, device=device)
+        cfg = ScanConfig(block_size=block_size)
+        p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)[i::n]
+        meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
+        result = run_scan(m, p, cfg, progress=True, meta=meta)
+        ood_result = None
+        if ood:
+            r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
+            ood_result = run_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"})
+    except InterpError as err:
+        _fail(err)
+    if n > 1:
+        result.save(out / "state")
+        if ood_result is not None:
+            ood_result.save(out / "ood")
+        console.print(f"shard {i}/{n}: {len(p)} prompts; raw state in {out}/state. Combine with: interp merge DIR... --out OUT")
+        return
+    heads = write_outputs(result, out, ood_result)
+    _top_sdh(heads, top)
+    console.print(f"{m.card.name}: {len(p)} prompts x {tokens} tokens in {result.meta['seconds']:.1f} s; "
+                  f"wrote {out}/heads.csv and {out}/report.html")
+
+
+@app.command()
+def merge(dirs: List[Path] = typer.Argument(..., help="shard folders written by scan --shard"),
+          out: Path = typer.Option(Path("out/merged"), help="output folder")) -> None:
+    """Combine shards (sums add exactly) and write the finalised tables and report."""
+    from interp.report.bundle import write_outputs
+    from interp.scan import ScanResult, merge_results
+
+    try:
+        result = merge_results([ScanResult.load(d / "state") for d in dirs])
+        oods = [d / "ood" for d in dirs if (d / "ood").exists()]
+        ood = merge_results([ScanResult.load(d) for d in oods]) if len(oods) == len(dirs) else None
+    except (FileNotFoundError, ValueError) as err:
+        _fail(err)
+    heads = write_outputs(result, out, ood)
+    _top_sdh(heads, 15)
+    console.print(f"merged {len(dirs)} shards ({result.meta['prompts']} prompts) into {out}")
+
+
+@app.command()
+def report(folder: Path = typer.Argument(..., help="an output folder of scan or merge")) -> None:
+    """Re-render heads.csv and report.html of a scan folder from its raw state."""
+    from interp.report.bundle import write_outputs
+    from interp.scan import ScanResult
+
+    try:
+        result = ScanResult.load(folder / "state")
+        ood = ScanResult.load(folder / "ood") if (folder / "ood").exists() else None
+    except FileNotFoundError as err:
+        _fail(err)
+    write_outputs(result, folder, ood)
+    console.print(f"wrote {folder}/report.html")
+
+
+@app.command()
+def verify(model: str = typer.Argument("smollm2-135m"), tokens: int = typer.Option(256, help="prompt length"),
+           atol: float = typer.Option(1e-4)) -> None:
+    """Check that recomputed attention equals the model's eager attention on a pydoc prompt."""
+    from interp import corpus as corpus_mod
+    from interp.capture import verify_attention
+    from interp.models import load_model
+
+    try:
+        m = load_model(model, device="cpu")
+        df = verify_attention(m, corpus_mod.prompts(m, "pydoc", 1, tokens)[0], atol=atol)
+    except InterpError as err:
+        _fail(err)
+    _show(df, f"verify_attention on {m.card.name}, {tokens} tokens", list(df.columns), len(df))
+    worst = df["max_abs_diff"].max()
+    console.print(("[green]OK" if df.attrs["ok"] else "[red]FAILED") + f"[/]: max |recomputed - eager| = {worst:.3g} (atol {atol:g})")
+    if not df.attrs["ok"]:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

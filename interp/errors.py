@@ -1,0 +1,28 @@
+"""Errors raised by interp. Each message names the problem and the fix."""
+
+
+class InterpError(Exception):
+    """Base class of every error interp raises on bad input or a broken install."""
+
+
+class UnknownModelError(InterpError, KeyError):
+    """A model name that is not in the zoo (and not ``local:PATH``)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class ModelNotInstalledError(InterpError):
+    """The package that ships a zoo model's weights is not installed."""
+
+
+class CorruptModelFileError(InterpError):
+    """A model file exists but its size or sha256 does not match the pinned value."""
+
+
+class PromptError(InterpError, ValueError):
+    """A prompt request that cannot be met (too long for the context or the corpus)."""
+
+
+class ShapeError(InterpError, ValueError):
+    """A tensor whose shape does not match the documented layout."""

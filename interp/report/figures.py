@@ -1,0 +1,95 @@
+"""Plotly figures of a scan: layer x head heatmaps, top-SDH attention maps, slash spectra, sinks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+# Columns shown as layer x head heatmaps, with a human label each.
+HEATMAP_METRICS = {
+    "slash_score": "average slash score, best lag 0..4 (004 eq. 6)",
+    "long_slash_score": "average slash score, best lag 500..5000 (004 App. C)",
+    "r1_q": "r1 of pre-RoPE Q (004 eq. 7)",
+    "r1_k": "r1 of pre-RoPE K (004 eq. 7)",
+    "R95_q": "R_0.95 of pre-RoPE Q",
+    "R95_k": "R_0.95 of pre-RoPE K",
+    "srank_q_pre": "stable rank of pre-RoPE Q (001)",
+    "srank_q_rot": "stable rank of post-RoPE Q (001)",
+    "fsv_ratio_q": "FSV ratio of Q, post/pre spectral norm (001)",
+    "fsv_ratio_k": "FSV ratio of K (001)",
+    "norm_rv_q": "norm relative variation of Q (004)",
+    "norm_rv_k": "norm relative variation of K (004)",
+    "sink_weight": "sink weight: mean attention on token 0, with RoPE",
+    "sink_weight_norope": "sink weight, pre-RoPE counterfactual",
+    "key0_norm_ratio": "key norm of token 0 / mean key norm",
+    "cos_kk_pre": "mean cosine K-K, pre-RoPE (001 Fig. 2)",
+    "cos_qq_pre": "mean cosine Q-Q, pre-RoPE",
+    "cos_qk_pre": "mean cosine Q-K, pre-RoPE",
+    "cos_kk_rot": "mean cosine K-K, post-RoPE",
+    "cos_qq_rot": "mean cosine Q-Q, post-RoPE",
+    "cos_qk_rot": "mean cosine Q-K, post-RoPE",
+    "qk_angle_pre": "angle between mean q and mean k directions (deg), pre-RoPE",
+    "ood_ratio": "OOD ratio: random-token / text slash score (004 Fig. 3b)",
+}
+
+
+def _grid(heads: pd.DataFrame, col: str) -> np.ndarray:
+    return heads.pivot(index="layer", columns="head", values=col).to_numpy(dtype=float)
+
+
+def metric_heatmaps(heads: pd.DataFrame) -> go.Figure:
+    """One layer x head heatmap with a dropdown over every measurement in ``HEATMAP_METRICS``."""
+    metrics = [m for m in HEATMAP_METRICS if m in heads and heads[m].notna().any()]
+    fig = go.Figure()
+    for i, m in enumerate(metrics):
+        fig.add_trace(go.Heatmap(z=_grid(heads, m), colorscale="Viridis", visible=i == 0, name=m,
+                                 hovertemplate="layer %{y} head %{x}<br>" + m + " = %{z:.4g}<extra></extra>"))
+    buttons = [dict(label=m, method="update",
+                    args=[{"visible": [j == i for j in range(len(metrics))]}, {"title.text": HEATMAP_METRICS[m]}])
+               for i, m in enumerate(metrics)]
+    fig.update_layout(updatemenus=[dict(buttons=buttons, x=0, y=1.15, xanchor="left", showactive=True)],
+                      title=HEATMAP_METRICS[metrics[0]], xaxis_title="head", yaxis_title="layer",
+                      height=max(420, 18 * heads["layer"].nunique() + 160), margin=dict(t=110))
+    return fig
+
+
+def sdh_maps(maps: np.ndarray, top: pd.DataFrame, tokens: list[str] | None = None) -> go.Figure:
+    """Average attention maps ``[layer, head, M, M]`` of the given heads (rows of ``top``)."""
+    n = len(top)
+    cols = min(3, max(n, 1))
+    rows = max(1, -(-n // cols))
+    titles = [f"L{r.layer}H{r.head}  slash {r.slash_score:.3f} @ delta {int(r.slash_delta)}" for r in top.itertuples()]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles or None)
+    for i, r in enumerate(top.itertuples()):
+        m = maps[r.layer, r.head]
+        fig.add_trace(go.Heatmap(z=m, coloraxis="coloraxis", hovertemplate="query %{y} key %{x}: %{z:.3f}<extra></extra>"),
+                      row=i // cols + 1, col=i % cols + 1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=float(min(1.0, np.nanmax(maps) if maps.size else 1))),
+                      height=330 * rows, title="Average attention over the first positions (rows: queries, columns: keys)")
+    return fig
+
+
+def slash_spectrum(deltas: np.ndarray, scores: np.ndarray, label: str, kappa: float | None = None) -> go.Figure:
+    """Average slash score vs lag for one or more heads (``scores`` ``[n_heads, delta]``)."""
+    fig = go.Figure()
+    for row, name in zip(np.atleast_2d(scores), [label] if np.ndim(scores) == 1 else label):
+        fig.add_trace(go.Scatter(x=deltas, y=row, mode="lines", name=name))
+    if kappa is not None:
+        fig.add_hline(y=kappa, line_dash="dot", annotation_text=f"kappa = {kappa:g}")
+    fig.update_layout(xaxis_title="lag delta", yaxis_title="average slash score", yaxis_type="log", height=380)
+    return fig
+
+
+def sink_scatter(heads: pd.DataFrame) -> go.Figure:
+    """Sink weight with RoPE vs the pre-RoPE counterfactual, one point per head."""
+    fig = go.Figure(go.Scatter(
+        x=heads["sink_weight_norope"], y=heads["sink_weight"], mode="markers",
+        text=[f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])], marker=dict(color=heads["layer"], colorscale="Viridis", showscale=True, colorbar=dict(title="layer")),
+        hovertemplate="%{text}<br>no RoPE %{x:.3f}<br>RoPE %{y:.3f}<extra></extra>"))
+    fig.add_shape(type="line", x0=0, y0=0, x1=1, y1=1, line=dict(dash="dot", color="grey"))
+    fig.update_layout(xaxis_title="sink weight, pre-RoPE counterfactual", yaxis_title="sink weight with RoPE", height=420,
+                      title="Attention on token 0 per head")
+    return fig

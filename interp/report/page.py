@@ -1,0 +1,186 @@
+"""The self-contained head-finding report: one HTML file, plotly.js inlined, no external requests.
+
+Sections: model card; layer x head heatmaps of every measurement (dropdown); the SDH table; average
+attention maps of the top SDHs; a (layer, head) picker showing that head's average attention map
+and slash spectrum; long-range slash spectra; sinks. All text from the model (tokens) is escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from interp.report import figures
+from interp.scan import ScanResult
+
+SDH_COLUMNS = ["layer", "head", "kv_head", "slash_score", "slash_delta", "r1_q", "r1_k", "R95_q", "R95_k", "sink_weight", "ood_ratio"]
+LONG_STRIDE = 10  # lag step of the long-range spectra embedded in the page
+
+
+def _script_json(obj) -> str:
+    """JSON safe to place inside <script>: no '</' sequence can close the tag."""
+    text = obj if isinstance(obj, str) else json.dumps(obj)
+    return text.replace("</", "<\\/")
+
+
+def _figure(fig: go.Figure, div_id: str) -> str:
+    return (f'<div id="{div_id}" class="fig"></div>\n<script>(function(){{var f={_script_json(fig.to_json())};'
+            f'Plotly.newPlot("{div_id}", f.data, f.layout, {{responsive: true}});}})();</script>')
+
+
+def _table(df: pd.DataFrame, css: str = "tbl") -> str:
+    """HTML table with every cell escaped."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = []
+    for row in df.itertuples(index=False):
+        cells = "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row)
+        body.append(f"<tr>{cells}</tr>")
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (float, np.floating)):
+        return "" if np.isnan(v) else f"{v:.4g}"
+    return str(v)
+
+
+def sdh_table(heads: pd.DataFrame) -> pd.DataFrame:
+    """Short-range SDHs sorted by slash score (columns: ``SDH_COLUMNS`` that exist)."""
+    cols = [c for c in SDH_COLUMNS if c in heads]
+    return heads.loc[heads["is_sdh"], cols].sort_values("slash_score", ascending=False)
+
+
+def _card_table(result: ScanResult) -> pd.DataFrame:
+    c = result.card
+    theta = sorted(set(c.rope_theta))
+    windows = sorted({w for w in c.sliding_window if w is not None})
+    rows = [
+        ("model", c.name), ("architecture", c.architecture), ("layers", c.n_layers), ("query heads", c.n_heads),
+        ("kv heads", f"{c.n_kv_heads} (group size {c.group_size})"), ("d_head", c.d_head),
+        ("RoPE base per layer", ", ".join(f"{t:g}" for t in theta) + ("" if len(theta) == 1 else " (see card)")),
+        ("channel pairing", c.pairing), ("context length", c.context_length),
+        ("sliding window", ", ".join(map(str, windows)) + f" on {sum(w is not None for w in c.sliding_window)} layers" if windows else "none"),
+        ("attention scale", ", ".join(f"{s:g}" for s in sorted(set(c.attn_scale)))),
+        ("QK-norm / q,k bias", f"{c.qk_norm} / {c.qk_bias}"), ("weights", c.source), ("quantisation", c.quantization),
+        ("sha256", c.sha256 or "-"),
+        ("scan", f"{result.meta.get('corpus', '?')}: {result.meta.get('prompts')} prompts x {max(result.meta.get('tokens') or [0])} tokens"),
+    ]
+    return pd.DataFrame(rows, columns=["field", "value"])
+
+
+def _picker_data(result: ScanResult) -> dict:
+    maps = result.maps().float().cpu().numpy()
+    L, H, M, _ = maps.shape
+    scores = np.nan_to_num(result.scores.float().cpu().numpy(), nan=0.0)
+    n = scores.shape[-1]
+    short = scores[..., : min(n, 64)]
+    lo, hi = result.config.long_lags
+    long_d = np.arange(lo, min(hi, n - 1) + 1, LONG_STRIDE)
+    return {
+        "L": L, "H": H, "M": M,
+        "maps": base64.b64encode(maps.astype("<f4").tobytes()).decode(),
+        "short": short.round(5).tolist(),
+        "long_d": long_d.tolist(),
+        "long": scores[..., long_d].round(7).tolist() if long_d.size else [],
+        "tokens": result.meta.get("sample_tokens", [])[:M],
+    }
+
+
+_PICKER_JS = """
+(function(){
+var D = %s;
+var raw = atob(D.maps), buf = new Uint8Array(raw.length);
+for (var i = 0; i < raw.length; i++) buf[i] = raw.charCodeAt(i);
+var maps = new Float32Array(buf.buffer);
+function mapOf(l, h){ var z = [], M = D.M, o = (l * D.H + h) * M * M;
+  for (var r = 0; r < M; r++) z.push(Array.from(maps.subarray(o + r * M, o + (r + 1) * M))); return z; }
+function show(){ var l = +document.getElementById('pick-layer').value, h = +document.getElementById('pick-head').value;
+  Plotly.react('pick-map', [{type: 'heatmap', z: mapOf(l, h), colorscale: 'Blues', zmin: 0,
+     hovertemplate: 'query %%{y} key %%{x}: %%{z:.3f}<extra></extra>'}],
+    {title: 'L' + l + 'H' + h + ': average attention, first ' + D.M + ' positions', yaxis: {autorange: 'reversed', title: 'query'},
+     xaxis: {title: 'key'}, height: 480});
+  var tr = [{x: D.short[l][h].map(function(_, i){return i;}), y: D.short[l][h], mode: 'lines+markers', name: 'lags 0..'}];
+  if (D.long.length) tr.push({x: D.long_d, y: D.long[l][h], mode: 'lines', name: 'long lags', xaxis: 'x2', yaxis: 'y2'});
+  Plotly.react('pick-slash', tr, {title: 'L' + l + 'H' + h + ': slash spectrum (average slash score vs lag)',
+     grid: {rows: 1, columns: D.long.length ? 2 : 1, pattern: 'independent'}, yaxis: {type: 'log', title: 'score'},
+     yaxis2: {type: 'log'}, xaxis: {title: 'lag'}, xaxis2: {title: 'lag'}, height: 380}); }
+var ls = document.getElementById('pick-layer'), hs = document.getElementById('pick-head');
+for (var l = 0; l < D.L; l++) ls.add(new Option('layer ' + l, l));
+for (var h = 0; h < D.H; h++) hs.add(new Option('head ' + h, h));
+ls.onchange = show; hs.onchange = show;
+window.interpPick = function(l, h){ ls.value = l; hs.value = h; show(); document.getElementById('picker').scrollIntoView(); };
+show();
+})();
+"""
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222}
+h1{font-size:1.6em} h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+.tbl{border-collapse:collapse;font-size:0.85em} .tbl td,.tbl th{border:1px solid #ddd;padding:3px 8px;text-align:right}
+.tbl th{background:#f4f4f4} .card td:first-child{text-align:left;font-weight:600} .card td{text-align:left}
+.note{color:#555;font-size:0.9em} .tokens{font-family:monospace;font-size:0.8em;white-space:pre-wrap;background:#f8f8f8;padding:8px}
+.scroll{max-height:420px;overflow:auto}
+"""
+
+
+def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6) -> str:
+    """The report as an HTML string (see module docstring)."""
+    heads = result.heads if heads is None else heads
+    sdh = sdh_table(heads)
+    top = sdh.head(top_maps)
+    maps = result.maps().float().cpu().numpy()
+    parts = [f"<h1>Head-finding report: {html.escape(result.card.name)}</h1>",
+             '<p class="note">Measurements as defined in DESIGN.md (papers 004 and 001). Attention is recomputed exactly from '
+             "post-RoPE queries and keys with the model's own scale and masks.</p>",
+             "<h2>Model card</h2>", _table(_card_table(result), "tbl card"),
+             "<h2>Per-head measurements (layer x head)</h2>", _figure(figures.metric_heatmaps(heads), "heatmaps"),
+             f"<h2>Slash-dominant heads (lag 0..4, kappa = {result.config.kappa:g}): {len(sdh)} of {len(heads)}</h2>",
+             '<p class="note">Click a row to show that head in the picker below.</p>',
+             '<div class="scroll">' + _table(sdh, "tbl sdh") + "</div>"]
+    if len(top):
+        parts += ["<h2>Average attention maps of the top SDHs</h2>", _figure(figures.sdh_maps(maps, top), "sdh-maps")]
+    parts += ['<h2 id="picker">Any head: average attention map and slash spectrum</h2>',
+              '<select id="pick-layer"></select> <select id="pick-head"></select>',
+              '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div>']
+    if "long_slash_score" in heads and heads["long_slash_score"].notna().any():
+        long_top = heads.sort_values("long_slash_score", ascending=False).head(5)
+        lo, hi = result.config.long_lags
+        sc = result.scores.float().cpu().numpy()
+        d = np.arange(lo, min(hi, sc.shape[-1] - 1) + 1)
+        fig = figures.slash_spectrum(d, np.stack([sc[r.layer, r.head, d] for r in long_top.itertuples()]),
+                                     [f"L{r.layer}H{r.head}" for r in long_top.itertuples()], result.config.kappa_long)
+        n_long = int(heads["is_sdh_long"].sum())
+        parts += [f"<h2>Long-range slash spectra (lags {lo}..{hi}, kappa = {result.config.kappa_long:g}): {n_long} long-range SDHs</h2>",
+                  _figure(fig, "long-slash"),
+                  _table(long_top[["layer", "head", "long_slash_score", "long_slash_delta", "is_sdh_long"]])]
+    if heads["sink_weight_norope"].notna().any():
+        rate = heads["has_sink"].mean()
+        parts += [f"<h2>Sinks: sink rate {rate:.1%} (heads with importance of token 0 &gt; {result.config.sink_eps:g})</h2>",
+                  _figure(figures.sink_scatter(heads), "sinks")]
+    toks = result.meta.get("sample_tokens", [])
+    if toks:
+        parts += ["<h2>First tokens of the first prompt</h2>",
+                  '<div class="tokens">' + " ".join(f"[{i}]{html.escape(t)}" for i, t in enumerate(toks)) + "</div>"]
+    row_js = ("document.querySelectorAll('table.sdh tbody tr').forEach(function(tr){tr.style.cursor='pointer';"
+              "tr.onclick=function(){var c=tr.children;interpPick(+c[0].textContent,+c[1].textContent);};});")
+    body = "\n".join(parts)
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>interp report: {html.escape(result.card.name)}</title>"
+            f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>{body}"
+            f"<script>{_PICKER_JS % _script_json(_picker_data(result))}{row_js}</script></body></html>")
+
+
+def write_report(result: ScanResult, path: str | Path, heads: pd.DataFrame | None = None) -> Path:
+    """Write the self-contained report to ``path`` (parents created). Returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(render(result, heads), encoding="utf-8")
+    return p

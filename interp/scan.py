@@ -1,0 +1,386 @@
+"""The scan engine: one forward pass per prompt feeds every per-head accumulator.
+
+How it stays at forward-pass cost (DESIGN.md, "Performance model"): the HF model runs with a
+registered attention function (``interp_stream``). For each layer it receives post-RoPE queries
+and keys, computes the layer's attention *exactly* in query blocks (all heads at once, exact
+log-sum-exp row normalisers, causal + sliding-window masks, GQA mapping), returns the output
+``P @ V`` to the model and reduces the same probabilities into the accumulators. Attention is
+therefore computed once per layer; no ``[head, pos, pos]`` tensor is held. Pre-RoPE vectors come
+from forward hooks on ``q_proj``/``k_proj`` (or ``q_norm``/``k_norm`` with QK-norm).
+
+Outside a scan the registered function is a pass-through to sdpa.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from interp.attention import attention_blocks, expand_kv, key_weight, lag_sums
+from interp.capture import as_tokens
+from interp.models import LoadedModel, ModelCard, attention_modules
+from interp.stats import State, cone, maps, norms, slash, sinks, spectrum
+
+ATTN_NAME = "interp_stream"
+_ACTIVE: contextvars.ContextVar["_Collector | None"] = contextvars.ContextVar("interp_scan", default=None)
+
+
+@dataclass
+class ScanConfig:
+    """Settings of a scan (defaults follow DESIGN.md and the papers).
+
+    Attributes:
+        block_size: queries per attention block (memory ~ head * block_size * pos floats).
+        kappa: SDH threshold for short lags ``short_lags`` (paper 004: 0.1, lags 0..4).
+        long_lags: ``(lo, hi)`` inclusive range of long lags (paper 004 App. C: 500..5000).
+        kappa_long: SDH threshold for long lags (1e-3).
+        skip: positions excluded from slash scores (0..3).
+        sink_eps: importance threshold of a sink head (Gu et al.: 0.3).
+        map_size: side of the stored average attention map of the first positions.
+        counterfactual_sinks: also compute the pre-RoPE sink weight (one more QK^T per layer).
+        tau: cumulative energy for R_tau (0.95).
+    """
+
+    block_size: int = 128
+    short_lags: tuple[int, ...] = (0, 1, 2, 3, 4)
+    kappa: float = 0.1
+    long_lags: tuple[int, int] = (500, 5000)
+    kappa_long: float = 1e-3
+    skip: int = slash.SKIP
+    sink_eps: float = sinks.SINK_EPS
+    map_size: int = 64
+    counterfactual_sinks: bool = True
+    tau: float = 0.95
+
+
+# --------------------------------------------------------------------------------------------
+# Attention function registered with transformers
+# --------------------------------------------------------------------------------------------
+
+
+def _stream_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, softcap=None, **kw):
+    """Registered as ``interp_stream``: exact block attention feeding the active scan, else sdpa."""
+    collector = _ACTIVE.get()
+    if collector is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kw)
+    if query.shape[0] != 1:
+        raise ValueError("the scan runs one prompt at a time (batch 1)")
+    scale = scaling if scaling is not None else module.scaling
+    out = collector.attend(module.layer_idx, query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+                           scale, sliding_window, softcap)
+    return out[None], None
+
+
+AttentionInterface.register(ATTN_NAME, _stream_attention)
+AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Collector: per-layer reductions of one prompt into State
+# --------------------------------------------------------------------------------------------
+
+
+def new_state(card: ModelCard, n_pos: int, cfg: ScanConfig) -> State:
+    """Zeroed sums for a model; lag-indexed entries have length ``n_pos``."""
+    L, H, K, D = card.n_layers, card.n_heads, card.n_kv_heads, card.d_head
+    z = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+    return State(
+        prompts=z(1),
+        slash_mean_sum=z(L, H, n_pos),
+        slash_prompts=z(n_pos),
+        gram_q_pre=z(L, H, D, D), gram_q_rot=z(L, H, D, D),
+        gram_k_pre=z(L, K, D, D), gram_k_rot=z(L, K, D, D),
+        norm_q=z(L, 3, H), norm_k=z(L, 3, K),
+        key0_norm=z(L, 2, K),
+        sink_rope=z(L, H), sink_norope=z(L, H),
+        cone_pre=z(L, 4, H), cone_rot=z(L, 4, H),
+        map_sum=z(L, H, cfg.map_size, cfg.map_size),
+    )
+
+
+class _Collector:
+    """Receives each layer's q/k/v during one prompt's forward and adds its reductions to ``state``."""
+
+    def __init__(self, card: ModelCard, cfg: ScanConfig, state: State):
+        self.card, self.cfg, self.state = card, cfg, state
+        self.pre: dict[tuple[int, str], torch.Tensor] = {}
+
+    def attend(self, layer, q_rot, k_rot, v, scale, window, softcap):
+        cfg, st, H = self.cfg, self.state, self.card.n_heads
+        N = q_rot.shape[0]
+        q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
+        out = torch.empty_like(q_rot)
+        lag = torch.zeros(H, N, dtype=torch.float64, device=q_rot.device)
+        sink = torch.zeros(H, dtype=torch.float64, device=q_rot.device)
+        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out):
+            sink += blk.key_column(0).sum(-1).double()
+            m = maps.block_map(blk, cfg.map_size)
+            if m is not None:
+                st.add("map_sum", layer, m)
+            skip = min(cfg.skip, blk.i1)
+            blk.probs_rev[:, :, blk.i1 - skip :] = 0.0  # drop keys 0..skip-1 from slash sums
+            lag[:, : blk.i1] += lag_sums(blk.probs_rev).double()
+        part = slash.prompt_slash(lag, N, cfg.skip)
+        st.add("slash_mean_sum", (layer, slice(None), slice(0, N)), part["slash_mean_sum"])
+        if layer == 0:
+            st.add("slash_prompts", slice(0, N), part["slash_prompts"])
+            st.add("prompts", 0, torch.ones(()))
+        st.add("sink_rope", layer, sink / N)
+        if cfg.counterfactual_sinks:
+            sink_pre = key_weight(q_pre, k_pre, scale, window, softcap, cfg.block_size, key=0)
+            st.add("sink_norope", layer, sink_pre.double().sum(-1) / N)
+        self._token_stats(layer, q_pre, k_pre, q_rot, k_rot)
+        return out
+
+    def _token_stats(self, layer, q_pre, k_pre, q_rot, k_rot):
+        st, H = self.state, self.card.n_heads
+        st.add("gram_q_pre", layer, spectrum.gram(q_pre))
+        st.add("gram_q_rot", layer, spectrum.gram(q_rot))
+        st.add("gram_k_pre", layer, spectrum.gram(k_pre))
+        st.add("gram_k_rot", layer, spectrum.gram(k_rot))
+        st.add("norm_q", layer, norms.norm_sums(q_pre))
+        st.add("norm_k", layer, norms.norm_sums(k_pre))
+        st.add("key0_norm", layer, norms.first_key_norm(k_pre))
+        st.add("cone_pre", layer, cone.cone_values(q_pre, expand_kv(k_pre, H)))
+        st.add("cone_rot", layer, cone.cone_values(q_rot, expand_kv(k_rot, H)))
+
+
+@contextmanager
+def _streaming(model: LoadedModel, collector: _Collector):
+    """Switch the HF model to ``interp_stream`` and hook pre-RoPE q/k for the duration."""
+    hf = model.hf
+    previous = hf.config._attn_implementation
+    handles = []
+    d = model.card.d_head
+    for layer, attn in enumerate(attention_modules(hf)):
+        for kind in ("q", "k"):
+            norm = getattr(attn, f"{kind}_norm", None)
+            # Gemma-3 applies QK-norm after the head transpose: its output is [batch, head, pos, d_head]
+            heads_first = norm is not None and model.card.architecture.startswith("Gemma3")
+
+            def hook(_m, _inp, output, layer=layer, kind=kind, heads_first=heads_first):
+                x = output[0]
+                collector.pre[(layer, kind)] = x.transpose(0, 1) if heads_first else x.reshape(x.shape[0], -1, d)
+
+            handles.append((norm or getattr(attn, f"{kind}_proj")).register_forward_hook(hook))
+
+    token = _ACTIVE.set(collector)
+    hf.set_attn_implementation(ATTN_NAME)
+    try:
+        yield
+    finally:
+        hf.set_attn_implementation(previous)
+        _ACTIVE.reset(token)
+        for h in handles:
+            h.remove()
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScanResult:
+    """Raw sums of a scan plus finalised tables.
+
+    Attributes:
+        card: the model card.
+        config: the ScanConfig used.
+        state: additive sums (merge results with ``merge_results`` or ``a.state + b.state``).
+        meta: corpus, prompt count, tokens, timings.
+    """
+
+    card: ModelCard
+    config: ScanConfig
+    state: State
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """``[layer, head, delta]`` average slash score at every lag (NaN where undefined)."""
+        return slash.slash_scores(self.state)
+
+    @property
+    def heads(self) -> pd.DataFrame:
+        """One row per (layer, head): every per-head measurement (see ``interp.stats``)."""
+        return head_table(self)
+
+    def slash_table(self, lags: Iterable[int] | None = None) -> pd.DataFrame:
+        """Tidy ``(layer, head, delta, slash_score)``; default lags: the short lags."""
+        return slash.lag_table(self.scores, list(lags) if lags is not None else list(self.config.short_lags))
+
+    def maps(self) -> torch.Tensor:
+        """``[layer, head, M, M]`` average attention over the first M positions (mean over prompts)."""
+        return self.state["map_sum"] / self.state["prompts"][0]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``state.pt`` and ``scan.json`` (card, config, meta) into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        self.state.save(d / "state.pt")
+        (d / "scan.json").write_text(json.dumps({"card": self.card.to_dict(), "config": asdict(self.config), "meta": self.meta}, indent=1))
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "ScanResult":
+        """Read a result written by ``save`` (a shard or a merged scan).
+
+        Raises:
+            FileNotFoundError: ``directory`` lacks ``state.pt`` or ``scan.json``.
+        """
+        d = Path(directory)
+        if not (d / "state.pt").exists() or not (d / "scan.json").exists():
+            raise FileNotFoundError(f"{d} is not a scan output: it needs state.pt and scan.json (write one with interp scan --out)")
+        info = json.loads((d / "scan.json").read_text())
+        cfg = info["config"]
+        cfg["short_lags"], cfg["long_lags"] = tuple(cfg["short_lags"]), tuple(cfg["long_lags"])
+        return cls(ModelCard(**info["card"]), ScanConfig(**cfg), State.load(d / "state.pt"), info["meta"])
+
+
+def scan(
+    model: LoadedModel,
+    prompts: Sequence[torch.Tensor] | torch.Tensor,
+    config: ScanConfig | None = None,
+    *,
+    progress: bool = False,
+    meta: dict | None = None,
+) -> ScanResult:
+    """Run every prompt once and accumulate all per-head measurements.
+
+    Args:
+        model: a loaded model.
+        prompts: ``[prompt, pos]`` tensor or a list of ``[pos]`` token tensors (lengths may differ).
+        config: settings; default ``ScanConfig()``.
+        progress: show a tqdm progress bar (one step per prompt).
+        meta: extra entries for ``ScanResult.meta`` (corpus name, seed...).
+
+    Returns:
+        ScanResult; ``.heads`` is the per-head table.
+
+    Raises:
+        PromptError / ShapeError: a prompt is empty, has bad ids, or exceeds the context.
+    """
+    from tqdm.auto import tqdm
+
+    cfg = config or ScanConfig()
+    toks = [as_tokens(model, p) for p in prompts]
+    n_max = max(t.numel() for t in toks)
+    state = new_state(model.card, n_max, cfg)
+    collector = _Collector(model.card, cfg, state)
+    t0 = time.perf_counter()
+    with torch.inference_mode(), _streaming(model, collector):
+        for t in tqdm(toks, desc=f"scan {model.card.name}", unit="prompt", disable=not progress):
+            model.hf(t[None].to(model.device), use_cache=False)
+    info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
+            "sample_tokens": [model.tokenizer.decode([int(i)]) for i in toks[0][: cfg.map_size]]}
+    return ScanResult(model.card, cfg, state, {**info, **(meta or {})})
+
+
+def merge_results(results: Sequence[ScanResult]) -> ScanResult:
+    """Combine scans of the same model and settings (e.g. shards) by adding their sums.
+
+    Raises:
+        ValueError: empty input, or results from different models or settings.
+    """
+    if not results:
+        raise ValueError("merge_results needs at least one result")
+    first = results[0]
+    for r in results[1:]:
+        if r.card.name != first.card.name or asdict(r.config) != asdict(first.config):
+            raise ValueError(f"cannot merge scans of {first.card.name} and {r.card.name} or with different settings")
+    state = first.state
+    for r in results[1:]:
+        state = state + r.state
+    meta = {"prompts": sum(r.meta.get("prompts", 0) for r in results),
+            "tokens": [n for r in results for n in r.meta.get("tokens", [])],
+            "merged_from": len(results)}
+    meta.update({k: v for k, v in first.meta.items() if k not in meta and k != "seconds"})
+    return ScanResult(first.card, first.config, state, meta)
+
+
+def head_table(result: ScanResult) -> pd.DataFrame:
+    """Finalise sums into one row per (layer, head). Columns:
+
+    ``layer, head, kv_head``; ``slash_d0..`` (average slash score per short lag), ``slash_score``,
+    ``slash_delta``, ``is_sdh`` (short range, kappa); ``long_slash_score``, ``long_slash_delta``,
+    ``is_sdh_long`` (long range, kappa_long; NaN if prompts are too short); ``r1_q``, ``R95_q``,
+    ``r1_k``, ``R95_k`` (pre-RoPE); ``srank_q_pre``, ``srank_q_rot``, ``srank_k_pre``, ``srank_k_rot``;
+    ``fsv_ratio_q``, ``fsv_ratio_k``, ``fsv_lemma1_q``, ``fsv_lemma1_k``; ``norm_rv_q``, ``norm_rv_k``;
+    ``key0_norm_ratio``; ``sink_weight``, ``sink_weight_norope``, ``has_sink``; ``cos_qq_pre``,
+    ``cos_kk_pre``, ``cos_qk_pre``, ``qk_angle_pre``, and the same ``_rot`` (post-RoPE).
+    """
+    st, card, cfg = result.state, result.card, result.config
+    L, H, g = card.n_layers, card.n_heads, card.group_size
+    P = st["prompts"][0]
+    kv = torch.arange(H) // g
+    scores = slash.slash_scores(st)
+    cols: dict[str, torch.Tensor] = {
+        "layer": torch.arange(L)[:, None].expand(L, H),
+        "head": torch.arange(H)[None, :].expand(L, H),
+        "kv_head": kv[None, :].expand(L, H),
+    }
+    n = scores.shape[-1]
+    for d in cfg.short_lags:
+        cols[f"slash_d{d}"] = scores[..., d] if d < n else torch.full((L, H), torch.nan)
+    short = range(min(cfg.short_lags), max(cfg.short_lags) + 1)
+    cols.update(slash.sdh_columns(scores, short, cfg.kappa, "slash_", "is_sdh"))
+    long = range(cfg.long_lags[0], cfg.long_lags[1] + 1)
+    cols.update(slash.sdh_columns(scores, long, cfg.kappa_long, "long_slash_", "is_sdh_long"))
+    for name, key, expand in (("q", "q", False), ("k", "k", True)):
+        pre = spectrum.spectrum_metrics(st[f"gram_{key}_pre"], cfg.tau)
+        rot = spectrum.spectrum_metrics(st[f"gram_{key}_rot"], cfg.tau)
+        pred = spectrum.fsv_prediction(st[f"gram_{key}_pre"], card.pairing)
+        e = (lambda t: t[:, kv]) if expand else (lambda t: t)
+        cols[f"r1_{name}"] = e(pre["r1"])
+        cols[f"R95_{name}"] = e(pre["R"])
+        cols[f"srank_{name}_pre"] = e(pre["srank"])
+        cols[f"srank_{name}_rot"] = e(rot["srank"])
+        cols[f"fsv_ratio_{name}"] = e(rot["spec_norm"] / pre["spec_norm"])
+        cols[f"fsv_lemma1_{name}"] = e(pred)
+    cols["norm_rv_q"] = norms.relative_variation(st["norm_q"])
+    cols["norm_rv_k"] = norms.relative_variation(st["norm_k"])[:, kv]
+    k0 = st["key0_norm"] / P
+    cols["key0_norm_ratio"] = (k0[:, 0] / k0[:, 1])[:, kv]
+    cols["sink_weight"] = st["sink_rope"] / P
+    cols["sink_weight_norope"] = st["sink_norope"] / P if cfg.counterfactual_sinks else torch.full((L, H), torch.nan)
+    cols["has_sink"] = sinks.sink_flag(cols["sink_weight"], cfg.sink_eps)
+    for tag in ("pre", "rot"):
+        c = st[f"cone_{tag}"] / P
+        for i, name in enumerate(("cos_qq", "cos_kk", "cos_qk", "qk_angle")):
+            cols[f"{name}_{tag}"] = c[:, i]
+    df = pd.DataFrame({k: v.reshape(-1).cpu().numpy() for k, v in cols.items()})
+    df.attrs["model"] = card.name
+    for c in ("layer", "head", "kv_head"):
+        df[c] = df[c].astype(int)
+    return df
+
+
+def add_ood(heads: pd.DataFrame, ood: ScanResult) -> pd.DataFrame:
+    """Add ``ood_slash_score`` (random-token score at each head's ``slash_delta``) and
+    ``ood_ratio`` = OOD score / text score (paper 004, Sec. 3.1, Fig. 3b and Table 3).
+
+    Raises:
+        ValueError: the OOD scan is of another model.
+    """
+    if ood.card.name != heads.attrs.get("model", ood.card.name) or ood.card.n_heads != heads["head"].max() + 1:
+        raise ValueError("the OOD scan must be of the same model as the head table")
+    scores = ood.scores.numpy()
+    d = heads["slash_delta"].fillna(0).to_numpy().astype(int)
+    val = scores[heads["layer"].to_numpy(), heads["head"].to_numpy(), d]
+    out = heads.copy()
+    out["ood_slash_score"] = val
+    out["ood_ratio"] = val / out["slash_score"]
+    return out

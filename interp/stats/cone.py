@@ -1,0 +1,55 @@
+"""Cone alignment of queries and keys (paper 001, Fig. 2), from sums of unit vectors.
+
+Per prompt and head, with unit vectors x_hat_i and S = sum_i x_hat_i over N tokens:
+
+- mean pairwise cosine over pairs i != j: ``(||S||^2 - N) / (N (N - 1))`` (K-K and Q-Q);
+- mean query-key cosine over all pairs: ``(S_q . S_k) / (N_q N_k)`` (K-Q);
+- angle (degrees) between the mean query direction S_q and the mean key direction S_k.
+
+Each is averaged over prompts (per-prompt values summed, then divided by the prompt count).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from jaxtyping import Float
+
+
+def unit_sum(x: Float[torch.Tensor, "pos head d_head"]) -> Float[torch.Tensor, "head d_head"]:
+    """``S = sum_i x_i / ||x_i||`` (summed in float64; zero vectors contribute nothing)."""
+    x = x.float()
+    return (x / x.norm(dim=-1, keepdim=True).clamp(min=1e-30)).sum(0, dtype=torch.float64)
+
+
+def cone_values(q: Float[torch.Tensor, "pos head d_head"], k_expanded: Float[torch.Tensor, "pos head d_head"]) -> torch.Tensor:
+    """``[4, head]``: cos QQ, cos KK, cos QK, angle(mean q, mean k) in degrees, for one prompt."""
+    N = q.shape[0]
+    sq, sk = unit_sum(q), unit_sum(k_expanded)
+    pair = N * (N - 1) if N > 1 else math.nan
+    qq = ((sq * sq).sum(-1) - N) / pair
+    kk = ((sk * sk).sum(-1) - N) / pair
+    qk = (sq * sk).sum(-1) / (N * N)
+    cos = (sq * sk).sum(-1) / (sq.norm(dim=-1) * sk.norm(dim=-1)).clamp(min=1e-30)
+    return torch.stack([qq, kk, qk, torch.rad2deg(torch.arccos(cos.clamp(-1, 1)))])
+
+
+def cone_from_pairs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Reference by an explicit pairwise loop (tests only): same ``[4, head]`` as ``cone_values``."""
+    N, H, _ = q.shape
+    out = torch.zeros(4, H, dtype=torch.float64)
+    qn = torch.nn.functional.normalize(q.double(), dim=-1)
+    kn = torch.nn.functional.normalize(k.double(), dim=-1)
+    for h in range(H):
+        qq = kk = qk = 0.0
+        for i in range(N):
+            for j in range(N):
+                qk += float(qn[i, h] @ kn[j, h])
+                if i != j:
+                    qq += float(qn[i, h] @ qn[j, h])
+                    kk += float(kn[i, h] @ kn[j, h])
+        mq, mk = qn[:, h].mean(0), kn[:, h].mean(0)
+        ang = math.degrees(math.acos(max(-1.0, min(1.0, float(mq @ mk / (mq.norm() * mk.norm()))))))
+        out[:, h] = torch.tensor([qq / (N * (N - 1)), kk / (N * (N - 1)), qk / (N * N), ang])
+    return out

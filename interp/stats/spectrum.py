@@ -1,0 +1,49 @@
+"""Spectra of queries and keys from Gram matrices: r_l, R_tau, stable rank, FSV ratio, Lemma 1.
+
+- r_l and R_tau (paper 004, eq. 7): for X (tokens x d) with singular values s, ``r_l = s_l^2 / sum s^2``;
+  ``R_tau`` = smallest l with ``sum_{m<=l} r_m >= tau`` (tau = 0.95). Not mean-centred.
+- Stable rank (paper 001): ``||X||_F^2 / ||X||_2^2 = 1 / r_1``.
+- FSV ratio (paper 001): ``||R(X)||_2 / ||X||_2``, post-RoPE over pre-RoPE spectral norm.
+- Lemma 1 (paper 001) predicts the FSV ratio ``(1/sqrt 2) * max_k alpha_k`` for long inputs, alpha_k the
+  norm of the top right singular vector of X restricted to rotation plane k (model pairing).
+
+All from ``X^T X`` summed over tokens and prompts: ``s^2`` are its eigenvalues.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from jaxtyping import Float
+
+from interp.rope import plane_channels
+
+
+def gram(x: Float[torch.Tensor, "pos head d_head"]) -> Float[torch.Tensor, "head d_head d_head"]:
+    """``X^T X`` per head (float32 products, returned as float64 for accumulation)."""
+    x = x.float().transpose(0, 1)
+    return torch.matmul(x.transpose(1, 2), x).double()
+
+
+def spectrum_metrics(G: Float[torch.Tensor, "... d d"], tau: float = 0.95) -> dict[str, torch.Tensor]:
+    """r1, R_tau (1-based count), stable rank and spectral norm from Gram matrices."""
+    ev = torch.linalg.eigvalsh(G).flip(-1).clamp(min=0)  # descending s^2
+    total = ev.sum(-1)
+    r = ev / total[..., None]
+    cum = r.cumsum(-1)
+    R = (cum < tau - 1e-12).sum(-1) + 1
+    return {"r1": r[..., 0], "R": R.double(), "srank": 1.0 / r[..., 0], "spec_norm": ev[..., 0].sqrt()}
+
+
+def lemma1_alpha(G: Float[torch.Tensor, "... d d"], pairing: str = "rotate_half") -> Float[torch.Tensor, "... freq"]:
+    """alpha_k: norm of the top right singular vector restricted to each rotation plane (paper 001, Lemma 1)."""
+    _, vecs = torch.linalg.eigh(G)
+    v = vecs[..., :, -1]
+    ch = plane_channels(G.shape[-1], pairing)
+    return torch.sqrt(v[..., ch[:, 0]] ** 2 + v[..., ch[:, 1]] ** 2)
+
+
+def fsv_prediction(G: Float[torch.Tensor, "... d d"], pairing: str = "rotate_half") -> torch.Tensor:
+    """Lemma 1's FSV ratio ``max_k alpha_k / sqrt 2`` (long-input limit)."""
+    return lemma1_alpha(G, pairing).max(-1).values / math.sqrt(2)

@@ -1,0 +1,38 @@
+"""The command line as a user runs it (typer's runner, tiny model)."""
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from interp.cli import app
+
+runner = CliRunner()
+
+
+def test_models_lists_zoo():
+    res = runner.invoke(app, ["models"])
+    assert res.exit_code == 0 and "smollm2-135m" in res.output and "tiny-gemma3" in res.output
+
+
+def test_scan_writes_outputs_and_errors_are_clear(tmp_path):
+    out = tmp_path / "scan"
+    res = runner.invoke(app, ["scan", "tiny-llama", "--prompts", "2", "--tokens", "64", "--out", str(out), "--ood"])
+    assert res.exit_code == 0, res.output
+    heads = pd.read_csv(out / "heads.csv")
+    assert len(heads) == 2 * 4 and {"layer", "head", "kv_head", "slash_score", "ood_ratio"} <= set(heads.columns)
+    assert (out / "report.html").stat().st_size > 1_000_000
+    bad = runner.invoke(app, ["scan", "gpt-7", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "valid names" in bad.output and "Traceback" not in bad.output
+    long = runner.invoke(app, ["scan", "tiny-llama", "--tokens", "100000", "--out", str(tmp_path / "y")])
+    assert long.exit_code == 2 and "context" in long.output
+
+
+def test_shards_then_merge_equal_one_pass(tmp_path):
+    args = ["scan", "tiny-qwen2", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib"]
+    assert runner.invoke(app, args + ["--out", str(tmp_path / "all")]).exit_code == 0
+    for i in range(2):
+        assert runner.invoke(app, args + ["--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}")]).exit_code == 0
+    res = runner.invoke(app, ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
+    assert res.exit_code == 0, res.output
+    a, b = pd.read_csv(tmp_path / "all" / "heads.csv"), pd.read_csv(tmp_path / "m" / "heads.csv")
+    pd.testing.assert_frame_equal(a, b, atol=1e-6)
+    assert runner.invoke(app, ["scan", "tiny-qwen2", "--shard", "2/2"]).exit_code == 2

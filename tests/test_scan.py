@@ -1,0 +1,100 @@
+"""The streaming scan equals the materialised-pattern computation, leaves the model's output
+unchanged, and merges exactly."""
+
+import numpy as np
+import pytest
+import torch
+
+from interp.attention import attention_pattern, expand_kv
+from interp.capture import capture
+from interp.scan import ScanConfig, ScanResult, _Collector, _streaming, merge_results, new_state, scan
+from interp.stats import cone, slash, spectrum
+from tests.conftest import random_tokens
+
+
+def _reference(model, prompts, map_size):
+    """Everything from full patterns of the bridge's capture (independent of the block engine)."""
+    c = model.card
+    out = {"slash": [], "sink": [], "sink_pre": [], "maps": [], "cone_pre": [], "q_pre": [], "k_pre": []}
+    for p in prompts:
+        cap = capture(model, p, patterns=True)
+        out["slash"].append(torch.stack([slash.slash_from_pattern(A) for A in cap.patterns]))
+        out["sink"].append(torch.stack([A[:, :, 0].double().mean(-1) for A in cap.patterns]))
+        pre = [attention_pattern(cap.q_pre[l], cap.k_pre[l], c.attn_scale[l], c.sliding_window[l], c.softcap) for l in range(c.n_layers)]
+        out["sink_pre"].append(torch.stack([A[:, :, 0].double().mean(-1) for A in pre]))
+        m = map_size
+        out["maps"].append(torch.stack([torch.nn.functional.pad(A[:, :m, :m], (0, max(0, m - A.shape[-1]), 0, max(0, m - A.shape[-1]))) for A in cap.patterns]))
+        out["cone_pre"].append(torch.stack([cone.cone_from_pairs(cap.q_pre[l], expand_kv(cap.k_pre[l], c.n_heads)) for l in range(c.n_layers)]))
+        out["q_pre"].append(cap.q_pre)
+        out["k_pre"].append(cap.k_pre)
+    return out
+
+
+@pytest.mark.parametrize("n,block", [(29, 8), (40, 40), (37, 5), (64, 128)])
+def test_scan_equals_materialised_patterns(tiny, n, block):
+    prompts = [random_tokens(n, seed=s) for s in range(2)]
+    res = scan(tiny, prompts, ScanConfig(block_size=block, map_size=16))
+    ref = _reference(tiny, prompts, 16)
+    valid = n - slash.SKIP
+    torch.testing.assert_close(res.scores[..., :valid], torch.stack(ref["slash"]).mean(0)[..., :valid], atol=1e-5, rtol=0)
+    h = res.heads
+    L, H = tiny.card.n_layers, tiny.card.n_heads
+    np.testing.assert_allclose(h["sink_weight"].to_numpy().reshape(L, H), torch.stack(ref["sink"]).mean(0).numpy(), atol=1e-5)
+    np.testing.assert_allclose(h["sink_weight_norope"].to_numpy().reshape(L, H), torch.stack(ref["sink_pre"]).mean(0).numpy(), atol=1e-5)
+    torch.testing.assert_close(res.maps(), torch.stack(ref["maps"]).mean(0).double(), atol=1e-5, rtol=0)
+    cones = torch.stack(ref["cone_pre"]).mean(0)  # [L, 4, H]
+    for i, col in enumerate(["cos_qq_pre", "cos_kk_pre", "cos_qk_pre", "qk_angle_pre"]):
+        np.testing.assert_allclose(h[col].to_numpy().reshape(L, H), cones[:, i].numpy(), atol=1e-4)
+    # r1 of pre-RoPE Q from a numpy SVD of all tokens of all prompts
+    for layer in range(L):
+        x = torch.cat([q[layer] for q in ref["q_pre"]]).double().numpy()
+        for head in range(H):
+            s = np.linalg.svd(x[:, head], compute_uv=False) ** 2
+            assert h.loc[(h.layer == layer) & (h["head"] == head), "r1_q"].item() == pytest.approx(s[0] / s.sum(), rel=1e-4)
+
+
+def test_scan_leaves_the_model_output_unchanged(tiny):
+    toks = random_tokens(50, seed=4)[None]
+    with torch.no_grad():
+        ref = tiny.hf(toks).logits
+        col = _Collector(tiny.card, ScanConfig(block_size=16), new_state(tiny.card, 50, ScanConfig()))
+        with _streaming(tiny, col):
+            got = tiny.hf(toks).logits
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    assert tiny.hf.config._attn_implementation == "sdpa"  # restored
+
+
+def test_shards_merge_to_a_single_pass(tiny_llama, tmp_path):
+    prompts = [random_tokens(n, seed=n) for n in (30, 45, 38, 52)]  # different lengths too
+    cfg = ScanConfig(block_size=16, map_size=8)
+    whole = scan(tiny_llama, prompts, cfg)
+    parts = [scan(tiny_llama, prompts[i::2], cfg) for i in range(2)]
+    for i, p in enumerate(parts):
+        p.save(tmp_path / str(i))
+    merged = merge_results([ScanResult.load(tmp_path / str(i)) for i in range(2)])
+    for name in whole.state:
+        torch.testing.assert_close(merged.state[name], whole.state[name], atol=1e-6, rtol=1e-6)
+    a, b = whole.heads, merged.heads
+    np.testing.assert_allclose(a.select_dtypes("number").to_numpy(), b.select_dtypes("number").to_numpy(), atol=1e-6, equal_nan=True)
+
+
+def test_merge_rejects_other_settings(tiny_llama):
+    a = scan(tiny_llama, [random_tokens(20)], ScanConfig(map_size=8))
+    b = scan(tiny_llama, [random_tokens(20)], ScanConfig(map_size=8, kappa=0.2))
+    with pytest.raises(ValueError, match="different settings"):
+        merge_results([a, b])
+
+
+def test_long_range_lags_and_ood_ratio(tiny_llama):
+    from interp.scan import add_ood
+
+    cfg = ScanConfig(block_size=64, long_lags=(20, 60), map_size=8)
+    text = scan(tiny_llama, [random_tokens(100, seed=1)], cfg)
+    ood = scan(tiny_llama, [random_tokens(100, seed=2)], cfg)
+    h = add_ood(text.heads, ood)
+    s = text.scores
+    best = s[..., 20:61].max(-1)
+    np.testing.assert_allclose(h["long_slash_score"].to_numpy(), best.values.reshape(-1).numpy())
+    assert (h["is_sdh_long"] == (h["long_slash_score"] >= 1e-3)).all()
+    r = h.iloc[0]
+    assert r.ood_ratio == pytest.approx(ood.scores[0, 0, int(r.slash_delta)].item() / r.slash_score)
