@@ -20,7 +20,7 @@ Quick use::
     result.heads            # one row per (layer, head)
 """
 
-from interp import corpus
+from interp import corpus, rope
 from interp.models import ModelCard, LoadedModel, load_model, zoo_table
 from interp.capture import Capture, capture, expand_kv, verify_attention
 from interp.scan import ScanConfig, ScanResult, scan, merge_results
@@ -29,5 +29,5 @@ from interp.report import write_report
 __all__ = [
     "ModelCard", "LoadedModel", "load_model", "zoo_table",
     "Capture", "capture", "expand_kv", "verify_attention",
-    "ScanConfig", "ScanResult", "scan", "merge_results", "write_report", "corpus",
+    "ScanConfig", "ScanResult", "scan", "merge_results", "write_report", "corpus", "rope",
 ]

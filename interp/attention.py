@@ -105,12 +105,15 @@ class Block:
         return self.probs_rev[:, :, self.i1 - 1 - j]
 
 
-def _block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap):
-    """Masked logits ``[head, B, i1]`` of queries i0..i1-1 against keys i1-1..0 (reversed)."""
+def _block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap, buf):
+    """Masked logits ``[head, B, i1]`` of queries i0..i1-1 against keys i1-1..0 (reversed), written into ``buf``."""
     N, H = q.shape[0], q.shape[1]
     B = i1 - i0
-    s = _logits(_grouped(q[i0:i1], n_kv), k_rev[:, N - i1 :].transpose(-1, -2), scale, softcap)
-    s = s.view(n_kv, H // n_kv, B, i1).reshape(H, B, i1)
+    s = buf[: H * B * i1].view(n_kv, (H // n_kv) * B, i1)
+    torch.matmul(_grouped(q[i0:i1], n_kv) * scale, k_rev[:, N - i1 :].transpose(-1, -2), out=s)
+    if softcap:
+        s.div_(softcap).tanh_().mul_(softcap)
+    s = s.view(H, B, i1)  # [kv, g, B] rows are query heads in order
     q_pos = torch.arange(i0, i1, device=q.device)
     if window is not None and i1 > window:  # the window can hide any column: mask the whole row
         s.masked_fill_(~_visible(q_pos, torch.arange(i1 - 1, -1, -1, device=q.device), window), float("-inf"))
@@ -119,6 +122,11 @@ def _block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap):
     return s
 
 
+def _softmax_(s: torch.Tensor) -> torch.Tensor:
+    """Row softmax written over ``s`` on CPU (no new buffer: big allocations page-fault on every block)."""
+    if s.is_cuda:  # the caching allocator makes a fresh tensor cheap; in-place aliasing is not promised there
+        return torch.softmax(s, dim=-1)
+    return torch.ops.aten._softmax.out(s, -1, False, out=s)
 
 
 def attention_blocks(
@@ -127,7 +135,7 @@ def attention_blocks(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
-    block_size: int = 256,
+    block_size: int = 32,
     v: Float[torch.Tensor, "pos kv_head d_head"] | None = None,
     out: Float[torch.Tensor, "pos head d_head"] | None = None,
 ) -> Iterator[Block]:
@@ -136,42 +144,35 @@ def attention_blocks(
     Each row is normalised over its whole visible row (all keys ``0..i``), so probabilities are
     exact, not online estimates. If ``v`` and ``out`` are given, the attention output ``P @ V`` of
     each block is written into ``out[i0:i1]`` (the same probabilities serve the model's forward and
-    the statistics). Memory per block is ``O(head * block_size * pos)``.
+    the statistics). Memory: one ``head * block_size * pos`` buffer, reused by every block, so a
+    yielded ``Block.probs_rev`` is valid only until the next block is produced.
     """
     check_qk(q, k)
     N, H, D = q.shape
     n_kv = k.shape[1]
     g = H // n_kv
-    k_rev = k.flip(0).permute(1, 0, 2)  # [kv, N, d]; column m of the full reversed row = key N-1-m
-    v_rev = None if v is None else v.flip(0).permute(1, 0, 2)
+    # [kv, N, d] contiguous (a strided layout slows both matmuls by ~30%); row m = key N-1-m
+    k_rev = k.flip(0).permute(1, 0, 2).contiguous()
+    v_rev = None if v is None else v.flip(0).permute(1, 0, 2).contiguous()
+    buf = q.new_empty(H * min(block_size, N) * N)
     for i0 in range(0, N, block_size):
         i1 = min(N, i0 + block_size)
         B = i1 - i0
-        p = torch.softmax(_block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap), dim=-1)
+        p = _softmax_(_block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap, buf))
         if v_rev is not None and out is not None:
             o = torch.matmul(p.view(n_kv, g * B, i1), v_rev[:, N - i1 :])  # [kv, g*B, d]
             out[i0:i1] = o.view(n_kv, g, B, D).reshape(H, B, D).permute(1, 0, 2)
         yield Block(i0, i1, p)
 
 
-def key_weight(
-    q: Float[torch.Tensor, "pos head d_head"],
-    k: Float[torch.Tensor, "pos kv_head d_head"],
-    scale: float,
-    window: int | None = None,
-    softcap: float | None = None,
-    block_size: int = 256,
-    key: int = 0,
-) -> Float[torch.Tensor, "head pos"]:
+def key_weight(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"], scale: float,
+               window: int | None = None, softcap: float | None = None, block_size: int = 32, key: int = 0,
+               ) -> Float[torch.Tensor, "head pos"]:
     """Attention of every query to one key (``A[:, i, key]``, 0 where masked), block-wise and exact."""
-    check_qk(q, k)
-    N, H, _ = q.shape
-    k_rev = k.flip(0).permute(1, 0, 2)
-    out = torch.zeros(H, N, dtype=q.dtype, device=q.device)
-    for i0 in range(max(0, key // block_size * block_size), N, block_size):
-        i1 = min(N, i0 + block_size)
-        s = _block_logits(q, k_rev, k.shape[1], i0, i1, scale, window, softcap)
-        out[:, i0:i1] = torch.softmax(s, dim=-1)[:, :, i1 - 1 - key]
+    out = q.new_zeros(q.shape[1], q.shape[0])
+    for b in attention_blocks(q, k, scale, window, softcap, block_size):
+        if key < b.i1:
+            out[:, b.i0 : b.i1] = b.key_column(key)
     return out
 
 

@@ -141,7 +141,8 @@ def verify_attention(model: LoadedModel, tokens, *, atol: float = 1e-4) -> pd.Da
         if got.shape != ref.shape:
             raise ShapeError(f"layer {layer}: recomputed pattern {tuple(got.shape)} vs model's {tuple(ref.shape)}")
         diff = float((got - ref).abs().max())
-        rows.append({"layer": layer, "max_abs_diff": diff, "sliding_window": model.card.sliding_window[layer], "ok": diff <= atol})
+        window = model.card.sliding_window[layer]
+        rows.append({"layer": layer, "max_abs_diff": diff, "sliding_window": "-" if window is None else window, "ok": diff <= atol})
     df = pd.DataFrame(rows)
     df.attrs["ok"] = bool(df["ok"].all())
     return df

@@ -71,7 +71,9 @@ def scan(
     out: Path = typer.Option(Path("out/scan"), help="output folder"),
     ood: bool = typer.Option(False, "--ood", help="also scan random-token prompts and report OOD ratios"),
     shard: Optional[str] = typer.Option(None, help="I/N: scan only prompts i with i % N == I and write raw state"),
-    block_size: int = typer.Option(128, help="queries per attention block"),
+    block_size: int = typer.Option(32, help="queries per attention block"),
+    counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
+                                        help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
     device: Optional[str] = typer.Option(None, help="cpu | cuda (default: cuda if available)"),
     top: int = typer.Option(15, help="rows of the SDH table to print"),
 ) -> None:
@@ -85,7 +87,7 @@ def scan(
     try:
         with console.status(f"loading {model}"):
             m = load_model(model, device=device)
-        cfg = ScanConfig(block_size=block_size)
+        cfg = ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)[i::n]
         meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
         result = run_scan(m, p, cfg, progress=True, meta=meta)

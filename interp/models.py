@@ -378,11 +378,12 @@ class LoadedModel:
 
     @property
     def bos_token_id(self) -> int | None:
-        """BOS id to start prompts with, where the tokenizer adds one (Gemma-3); else None."""
+        """BOS id to start prompts with, where the tokenizer itself adds one (Gemma-3); else None."""
         tok = self.tokenizer
-        if getattr(tok, "add_bos_token", False) and tok.bos_token_id is not None:
-            return int(tok.bos_token_id)
-        return None
+        if tok.bos_token_id is None:
+            return None
+        ids = tok("a")["input_ids"]  # add_bos_token is not reliable: Gemma adds BOS in its post-processor
+        return int(tok.bos_token_id) if ids and ids[0] == tok.bos_token_id else None
 
     def to(self, device: str | torch.device) -> "LoadedModel":
         """Move the HF model (and a booted bridge) to ``device``; returns self."""
@@ -413,13 +414,21 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None) -> Loade
         CorruptModelFileError: the GGUF file fails its size or sha256 check; the message names it.
         FileNotFoundError: ``local:PATH`` does not exist or holds no config.json.
     """
-    if name.startswith("local:"):
-        model = _load_local(name[len("local:") :])
-    elif name.startswith("tiny-"):
-        _entry(name)
-        model = _load_tiny(name)
-    else:
-        model = _load_gguf(name)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Loading weights" bars for a cached, seconds-long load
+    try:
+        if name.startswith("local:"):
+            model = _load_local(name[len("local:") :])
+        elif name.startswith("tiny-"):
+            _entry(name)
+            model = _load_tiny(name)
+        else:
+            model = _load_gguf(name)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device)
 
@@ -431,23 +440,34 @@ def _load_gguf(name: str) -> LoadedModel:
     path = gguf_path(name)
     converted = cache_dir() / "hf" / f"{name}-{src.sha256[:16]}"
     if not (converted / "config.json").exists():
-        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        hf.config.architectures = [src.architecture]
-        # GGUF tensors are already dequantized to float32: drop the quantizer so the model saves as plain safetensors
-        hf.hf_quantizer = None
-        if hasattr(hf.config, "quantization_config"):
-            del hf.config.quantization_config
-        converted.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=converted.name + "."))  # rename makes it atomic
-        hf.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        shutil.rmtree(converted, ignore_errors=True)
-        os.replace(tmp, converted)
+        _convert_gguf(path, src, converted)
     tok = AutoTokenizer.from_pretrained(converted, local_files_only=True)
     hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True)
     card = make_card(name, hf, source=f"{path} (dequantized to float32)", quantization=src.quantization, sha=src.sha256)
     return LoadedModel(hf, tok, card, src.hub_id)
+
+
+def _convert_gguf(path: Path, src: GGUFSource, converted: Path) -> None:
+    """Dequantize a GGUF file once and save it as a plain HF folder (atomically: temp folder + rename)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    converted.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=converted.name + "."))
+    try:
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        hf.config.architectures = [src.architecture]
+        # The tensors are already float32: drop the GGUF quantizer so the model saves as plain safetensors.
+        hf.hf_quantizer = None
+        if hasattr(hf.config, "quantization_config"):
+            del hf.config.quantization_config
+        hf.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if not (converted / "config.json").exists():  # another process may have finished first
+            shutil.rmtree(converted, ignore_errors=True)
+            os.replace(tmp, converted)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load_local(folder: str) -> LoadedModel:

@@ -45,6 +45,9 @@ class ScanConfig:
         block_size: queries per attention block (memory ~ head * block_size * pos floats).
         kappa: SDH threshold for short lags ``short_lags`` (paper 004: 0.1, lags 0..4).
         long_lags: ``(lo, hi)`` inclusive range of long lags (paper 004 App. C: 500..5000).
+        long_min_entries: a long lag counts only if each prompt has at least this many entries
+            ``A[i, i - delta]`` (paper 004 used 6000-token prompts and delta <= 5000: >= ~1000); lags
+            near the prompt length rest on a handful of entries next to the sink positions.
         kappa_long: SDH threshold for long lags (1e-3).
         skip: positions excluded from slash scores (0..3).
         sink_eps: importance threshold of a sink head (Gu et al.: 0.3).
@@ -53,10 +56,11 @@ class ScanConfig:
         tau: cumulative energy for R_tau (0.95).
     """
 
-    block_size: int = 128
+    block_size: int = 32
     short_lags: tuple[int, ...] = (0, 1, 2, 3, 4)
     kappa: float = 0.1
     long_lags: tuple[int, int] = (500, 5000)
+    long_min_entries: int = 1000
     kappa_long: float = 1e-3
     skip: int = slash.SKIP
     sink_eps: float = sinks.SINK_EPS
@@ -213,6 +217,12 @@ class ScanResult:
         """``[layer, head, delta]`` average slash score at every lag (NaN where undefined)."""
         return slash.slash_scores(self.state)
 
+    def long_lag_range(self) -> range:
+        """Long lags that fit the scanned prompts with ``long_min_entries`` entries each (may be empty)."""
+        lo, hi = self.config.long_lags
+        n = self.scores.shape[-1]
+        return range(lo, max(lo, min(hi, n - self.config.skip - self.config.long_min_entries) + 1))
+
     @property
     def heads(self) -> pd.DataFrame:
         """One row per (layer, head): every per-head measurement (see ``interp.stats``)."""
@@ -337,7 +347,7 @@ def head_table(result: ScanResult) -> pd.DataFrame:
         cols[f"slash_d{d}"] = scores[..., d] if d < n else torch.full((L, H), torch.nan)
     short = range(min(cfg.short_lags), max(cfg.short_lags) + 1)
     cols.update(slash.sdh_columns(scores, short, cfg.kappa, "slash_", "is_sdh"))
-    long = range(cfg.long_lags[0], cfg.long_lags[1] + 1)
+    long = result.long_lag_range()
     cols.update(slash.sdh_columns(scores, long, cfg.kappa_long, "long_slash_", "is_sdh_long"))
     for name, key, expand in (("q", "q", False), ("k", "k", True)):
         pre = spectrum.spectrum_metrics(st[f"gram_{key}_pre"], cfg.tau)

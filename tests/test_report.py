@@ -11,7 +11,7 @@ from tests.conftest import random_tokens
 
 @pytest.fixture(scope="module")
 def result(tiny_llama):
-    res = scan(tiny_llama, [random_tokens(80, seed=s) for s in range(2)], ScanConfig(map_size=16, long_lags=(20, 60)))
+    res = scan(tiny_llama, [random_tokens(80, seed=s) for s in range(2)], ScanConfig(map_size=16, long_lags=(20, 60), long_min_entries=20))
     res.meta["sample_tokens"] = ["<script>alert('x')</script>", "&amp;", "plain"]
     return res
 

@@ -88,12 +88,13 @@ def test_merge_rejects_other_settings(tiny_llama):
 def test_long_range_lags_and_ood_ratio(tiny_llama):
     from interp.scan import add_ood
 
-    cfg = ScanConfig(block_size=64, long_lags=(20, 60), map_size=8)
+    cfg = ScanConfig(block_size=64, long_lags=(20, 60), long_min_entries=50, map_size=8)
     text = scan(tiny_llama, [random_tokens(100, seed=1)], cfg)
     ood = scan(tiny_llama, [random_tokens(100, seed=2)], cfg)
+    assert text.long_lag_range() == range(20, 47)  # lag 46 is the last with 100 - 46 - 4 = 50 entries
     h = add_ood(text.heads, ood)
     s = text.scores
-    best = s[..., 20:61].max(-1)
+    best = s[..., 20:47].max(-1)
     np.testing.assert_allclose(h["long_slash_score"].to_numpy(), best.values.reshape(-1).numpy())
     assert (h["is_sdh_long"] == (h["long_slash_score"] >= 1e-3)).all()
     r = h.iloc[0]

@@ -4,6 +4,7 @@ For each prompt length N (default 1024, 2048, 4096, 8192) on one pydoc prompt, i
 
 - ``forward``: the plain HF forward with sdpa (the floor);
 - ``scan``: ``interp.scan`` with every measurement of the head-finding report plus long-range slash;
+- ``scan_nocf``: the same without the pre-RoPE counterfactual sink weight (one QK^T fewer per layer);
 - ``cache``: TransformerLens ``run_with_cache`` on every ``hook_pattern``, then diagonal means (the
   slash scores at every lag), only where the patterns fit in memory.
 
@@ -62,8 +63,8 @@ def worker(mode: str, n: int, repeats: int, model_name: str) -> dict:
         if mode == "forward":
             with torch.inference_mode():
                 model.hf(tokens, use_cache=False)
-        elif mode == "scan":
-            interp.scan(model, tokens)
+        elif mode in ("scan", "scan_nocf"):
+            interp.scan(model, tokens, interp.ScanConfig(counterfactual_sinks=mode == "scan"))
         else:
             with torch.inference_mode():
                 _, cache = model.bridge.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
@@ -106,7 +107,7 @@ def main() -> None:
     card = load_model(args.model, device="cpu").card
     rows = []
     for n in args.lengths:
-        for mode in ("forward", "scan", "cache"):
+        for mode in ("forward", "scan", "scan_nocf", "cache"):
             pattern_mb = card.n_layers * card.n_heads * n * n * 4 / 2**20
             if mode == "cache" and pattern_mb > 0.5 * _mem_available_mb():
                 print(f"N={n}: cache route skipped, its patterns need {pattern_mb / 1024:.1f} GiB", flush=True)
@@ -125,8 +126,9 @@ def main() -> None:
     wide = df.pivot(index="n", columns="mode", values="seconds")
     mem = df.pivot(index="n", columns="mode", values="peak_rss_mb") / 1024
     table = pd.DataFrame({
-        "forward_s": wide["forward"], "scan_s": wide["scan"], "cache_s": wide.get("cache"),
-        "scan/forward": wide["scan"] / wide["forward"], "cache/scan": wide.get("cache") / wide["scan"],
+        "forward_s": wide["forward"], "scan_s": wide["scan"], "scan_nocf_s": wide["scan_nocf"], "cache_s": wide.get("cache"),
+        "scan/forward": wide["scan"] / wide["forward"], "scan_nocf/forward": wide["scan_nocf"] / wide["forward"],
+        "cache/scan": wide.get("cache") / wide["scan"],
         "peak_GiB_forward": mem["forward"], "peak_GiB_scan": mem["scan"], "peak_GiB_cache": mem.get("cache"),
     })
     machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, torch {__import__('torch').__version__}"
@@ -142,7 +144,8 @@ def _plot(table, machine: str, model: str) -> None:
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time (s)", "peak resident memory (GiB)"))
-    for col, name in (("forward_s", "plain sdpa forward"), ("scan_s", "interp scan"), ("cache_s", "run_with_cache patterns")):
+    for col, name in (("forward_s", "plain sdpa forward"), ("scan_s", "interp scan"), ("scan_nocf_s", "scan, no counterfactual"),
+                      ("cache_s", "run_with_cache patterns")):
         if col in table and table[col].notna().any():
             fig.add_trace(go.Scatter(x=table.index, y=table[col], mode="lines+markers", name=name), row=1, col=1)
     for col, name in (("peak_GiB_forward", "forward"), ("peak_GiB_scan", "scan"), ("peak_GiB_cache", "cache")):

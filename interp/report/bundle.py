@@ -14,12 +14,11 @@ TOP_LONG_LAGS = 5
 
 def long_lag_table(result: ScanResult, top: int = TOP_LONG_LAGS) -> pd.DataFrame:
     """Top ``top`` long lags per head: ``layer, head, rank, delta, slash_score, is_sdh_long`` (empty if prompts are short)."""
-    lo, hi = result.config.long_lags
-    scores = result.scores
-    n = scores.shape[-1]
-    if n <= lo:
+    lags = result.long_lag_range()
+    if not lags:
         return pd.DataFrame(columns=["layer", "head", "rank", "delta", "slash_score", "is_sdh_long"])
-    window = scores[..., lo : min(hi + 1, n)].nan_to_num(nan=-1.0)
+    lo = lags.start
+    window = result.scores[..., lags.start : lags.stop].nan_to_num(nan=-1.0)
     k = min(top, window.shape[-1])
     val, idx = window.topk(k, dim=-1)
     L, H = val.shape[:2]

@@ -49,8 +49,8 @@ def metric_heatmaps(heads: pd.DataFrame) -> go.Figure:
     buttons = [dict(label=m, method="update",
                     args=[{"visible": [j == i for j in range(len(metrics))]}, {"title.text": HEATMAP_METRICS[m]}])
                for i, m in enumerate(metrics)]
-    fig.update_layout(updatemenus=[dict(buttons=buttons, x=0, y=1.15, xanchor="left", showactive=True)],
-                      title=HEATMAP_METRICS[metrics[0]], xaxis_title="head", yaxis_title="layer",
+    fig.update_layout(updatemenus=[dict(buttons=buttons, x=1.0, y=1.18, xanchor="right", yanchor="bottom", showactive=True)],
+                      title=dict(text=HEATMAP_METRICS[metrics[0]], x=0.02, y=0.98), xaxis_title="head", yaxis_title="layer",
                       height=max(420, 18 * heads["layer"].nunique() + 160), margin=dict(t=110))
     return fig
 

@@ -83,8 +83,8 @@ def _picker_data(result: ScanResult) -> dict:
     scores = np.nan_to_num(result.scores.float().cpu().numpy(), nan=0.0)
     n = scores.shape[-1]
     short = scores[..., : min(n, 64)]
-    lo, hi = result.config.long_lags
-    long_d = np.arange(lo, min(hi, n - 1) + 1, LONG_STRIDE)
+    lags = result.long_lag_range()
+    long_d = np.arange(lags.start, lags.stop, LONG_STRIDE)
     return {
         "L": L, "H": H, "M": M,
         "maps": base64.b64encode(maps.astype("<f4").tobytes()).decode(),
@@ -104,7 +104,7 @@ var maps = new Float32Array(buf.buffer);
 function mapOf(l, h){ var z = [], M = D.M, o = (l * D.H + h) * M * M;
   for (var r = 0; r < M; r++) z.push(Array.from(maps.subarray(o + r * M, o + (r + 1) * M))); return z; }
 function show(){ var l = +document.getElementById('pick-layer').value, h = +document.getElementById('pick-head').value;
-  Plotly.react('pick-map', [{type: 'heatmap', z: mapOf(l, h), colorscale: 'Blues', zmin: 0,
+  Plotly.react('pick-map', [{type: 'heatmap', z: mapOf(l, h), colorscale: [[0, '#f7fbff'], [0.3, '#9ecae1'], [0.6, '#3182bd'], [1, '#08306b']], zmin: 0,
      hovertemplate: 'query %%{y} key %%{x}: %%{z:.3f}<extra></extra>'}],
     {title: 'L' + l + 'H' + h + ': average attention, first ' + D.M + ' positions', yaxis: {autorange: 'reversed', title: 'query'},
      xaxis: {title: 'key'}, height: 480});
@@ -153,13 +153,15 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
               '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div>']
     if "long_slash_score" in heads and heads["long_slash_score"].notna().any():
         long_top = heads.sort_values("long_slash_score", ascending=False).head(5)
-        lo, hi = result.config.long_lags
+        lags = result.long_lag_range()
+        lo, hi = lags.start, lags.stop - 1
         sc = result.scores.float().cpu().numpy()
-        d = np.arange(lo, min(hi, sc.shape[-1] - 1) + 1)
+        d = np.arange(lo, hi + 1)
         fig = figures.slash_spectrum(d, np.stack([sc[r.layer, r.head, d] for r in long_top.itertuples()]),
                                      [f"L{r.layer}H{r.head}" for r in long_top.itertuples()], result.config.kappa_long)
         n_long = int(heads["is_sdh_long"].sum())
         parts += [f"<h2>Long-range slash spectra (lags {lo}..{hi}, kappa = {result.config.kappa_long:g}): {n_long} long-range SDHs</h2>",
+                  f'<p class="note">Lags with at least {result.config.long_min_entries} entries per prompt (paper 004, App. C).</p>',
                   _figure(fig, "long-slash"),
                   _table(long_top[["layer", "head", "long_slash_score", "long_slash_delta", "is_sdh_long"]])]
     if heads["sink_weight_norope"].notna().any():
