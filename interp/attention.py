@@ -15,6 +15,7 @@ Leaf module.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -114,12 +115,18 @@ def _block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap, buf):
     if softcap:
         s.div_(softcap).tanh_().mul_(softcap)
     s = s.view(H, B, i1)  # [kv, g, B] rows are query heads in order
-    q_pos = torch.arange(i0, i1, device=q.device)
     if window is not None and i1 > window:  # the window can hide any column: mask the whole row
+        q_pos = torch.arange(i0, i1, device=q.device)
         s.masked_fill_(~_visible(q_pos, torch.arange(i1 - 1, -1, -1, device=q.device), window), float("-inf"))
-    else:  # only the diagonal block (the first B reversed columns) holds future keys
-        s[:, :, :B].masked_fill_(~_visible(q_pos, torch.arange(i1 - 1, i0 - 1, -1, device=q.device), None), float("-inf"))
+    else:  # only the diagonal block (the first B reversed columns) holds future keys: column c > row r's key iff c < B-1-r
+        s[:, :, :B].masked_fill_(_future(B, q.device), float("-inf"))
     return s
+
+
+@functools.lru_cache(maxsize=8)
+def _future(B: int, device: torch.device) -> torch.Tensor:
+    """``[B, B]`` True where reversed column c of row r is a future key (the same for every block of B queries)."""
+    return torch.ones(B, B, dtype=torch.bool, device=device).triu(1).flip(-1)
 
 
 def _softmax_(s: torch.Tensor) -> torch.Tensor:

@@ -126,22 +126,23 @@ class _Collector:
         N = q_rot.shape[0]
         q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
         out = torch.empty_like(q_rot)
-        lag = torch.zeros(H, N, dtype=torch.float64, device=q_rot.device)
-        sink = torch.zeros(H, dtype=torch.float64, device=q_rot.device)
+        # float32 within one prompt (at most pos / block_size additions per entry), float64 across prompts
+        lag = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
+        sink = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
         for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out):
-            sink += blk.key_column(0).sum(-1).double()
+            sink[:, blk.i0 : blk.i1] = blk.key_column(0)
             m = maps.block_map(blk, cfg.map_size)
             if m is not None:
                 st.add("map_sum", layer, m)
             skip = min(cfg.skip, blk.i1)
             blk.probs_rev[:, :, blk.i1 - skip :] = 0.0  # drop keys 0..skip-1 from slash sums
-            lag[:, : blk.i1] += lag_sums(blk.probs_rev).double()
+            lag[:, : blk.i1] += lag_sums(blk.probs_rev)
         part = slash.prompt_slash(lag, N, cfg.skip)
         st.add("slash_mean_sum", (layer, slice(None), slice(0, N)), part["slash_mean_sum"])
         if layer == 0:
             st.add("slash_prompts", slice(0, N), part["slash_prompts"])
             st.add("prompts", 0, torch.ones(()))
-        st.add("sink_rope", layer, sink / N)
+        st.add("sink_rope", layer, sink.double().mean(-1))
         if cfg.counterfactual_sinks:
             sink_pre = key_weight(q_pre, k_pre, scale, window, softcap, cfg.block_size, key=0)
             st.add("sink_norope", layer, sink_pre.double().sum(-1) / N)
