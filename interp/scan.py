@@ -293,7 +293,8 @@ def scan(
     collector = _Collector(model.card, cfg, state)
     t0 = time.perf_counter()
     with torch.inference_mode(), _streaming(model, collector):
-        for t in tqdm(toks, desc=f"scan {model.card.name}", unit="prompt", disable=not progress):
+        desc = f"scan {model.card.name}" + (f" ({meta['corpus']})" if meta and "corpus" in meta else "")
+        for t in tqdm(toks, desc=desc, unit="prompt", disable=not progress):
             model.hf(t[None].to(model.device), use_cache=False)
     info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
             "sample_tokens": [model.tokenizer.decode([int(i)]) for i in toks[0][: cfg.map_size]]}

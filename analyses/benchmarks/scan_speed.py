@@ -154,11 +154,11 @@ def _plot(table, machine: str, model: str) -> None:
                                      line=dict(dash="dot")), row=1, col=2)
     fig.update_xaxes(type="log", title="tokens per prompt")
     fig.update_layout(title=f"{model}: scan vs forward vs cache route ({machine})", width=1100, height=450)
-    try:
+    try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
         fig.write_image(FIG / "scan_speed.png")
-    except Exception as err:  # kaleido needs a browser; the HTML is always written
-        print(f"PNG not written ({err}); wrote HTML instead")
-    fig.write_html(FIG / "scan_speed.html", include_plotlyjs=True)
+    except Exception as err:
+        fig.write_html(FIG / "scan_speed.html", include_plotlyjs=True)
+        print(f"PNG not written ({err}); wrote figures/scan_speed.html instead")
 
 
 if __name__ == "__main__":
