@@ -6,7 +6,7 @@ and a sliding window (key j visible from query i iff ``0 <= i - j < window``), a
 mapping (query head h reads kv head ``h // (n_heads // n_kv_heads)``).
 
 The block path never holds a ``[head, pos, pos]`` tensor: each block of ``B`` queries sees keys
-``0..i1-1`` and its rows are normalised exactly (log-sum-exp over the whole visible row). Keys are
+``0..i1-1`` and its rows are normalised exactly (softmax over the whole visible row). Keys are
 laid out *reversed* inside a block (column m holds key ``i1 - 1 - m``) so that a constant lag is a
 constant-stride line, which makes per-lag sums a strided view instead of a gather (see ``lag_sums``).
 
