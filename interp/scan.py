@@ -122,6 +122,7 @@ class _Collector:
         self.pre: dict[tuple[int, str], torch.Tensor] = {}
 
     def attend(self, layer, q_rot, k_rot, v, scale, window, softcap):
+        """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``."""
         cfg, st, H = self.cfg, self.state, self.card.n_heads
         N = q_rot.shape[0]
         q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
