@@ -434,6 +434,7 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None) -> Loade
 
 
 def _load_gguf(name: str) -> LoadedModel:
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = _entry(name).source
@@ -441,8 +442,14 @@ def _load_gguf(name: str) -> LoadedModel:
     converted = cache_dir() / "hf" / f"{name}-{src.sha256[:16]}"
     if not (converted / "config.json").exists():
         _convert_gguf(path, src, converted)
-    tok = AutoTokenizer.from_pretrained(converted, local_files_only=True)
-    hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True)
+    try:
+        tok = AutoTokenizer.from_pretrained(converted, local_files_only=True)
+        hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True)
+    except (OSError, ValueError, SafetensorError) as err:  # a damaged cache entry (truncated file, missing files)
+        raise CorruptModelFileError(
+            f"the converted copy of {name} in {converted} cannot be read ({type(err).__name__}: {err}); "
+            f"delete that folder and load again to rebuild it from the GGUF file"
+        ) from err
     card = make_card(name, hf, source=f"{path} (dequantized to float32)", quantization=src.quantization, sha=src.sha256)
     return LoadedModel(hf, tok, card, src.hub_id)
 

@@ -74,3 +74,22 @@ def test_local_folder_roundtrip(tmp_path, tiny_llama):
     assert m.card.n_heads == 4 and m.card.name.startswith("local:")
     with pytest.raises(FileNotFoundError, match="config.json"):
         models.load_model(f"local:{tmp_path / 'nope'}")
+
+
+def test_damaged_conversion_cache_is_named(tmp_path, monkeypatch):
+    """A truncated cached safetensors file gives an error that names the folder and the fix."""
+    if not models.is_installed("smollm2-135m"):
+        pytest.skip("smollm2-135m not installed")
+    real = models.cache_dir() / "hf"
+    src = models.ZOO["smollm2-135m"].source
+    good = real / f"smollm2-135m-{src.sha256[:16]}"
+    if not (good / "config.json").exists():
+        models.load_model("smollm2-135m", device="cpu")  # builds the cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bad = tmp_path / "interp" / "hf" / good.name
+    bad.mkdir(parents=True)
+    for f in good.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes()[:1000] if f.suffix == ".safetensors" else f.read_bytes())
+    with pytest.raises(CorruptModelFileError, match="delete that folder") as err:
+        models.load_model("smollm2-135m", device="cpu")
+    assert str(bad) in str(err.value)

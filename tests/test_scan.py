@@ -99,3 +99,13 @@ def test_long_range_lags_and_ood_ratio(tiny_llama):
     assert (h["is_sdh_long"] == (h["long_slash_score"] >= 1e-3)).all()
     r = h.iloc[0]
     assert r.ood_ratio == pytest.approx(ood.scores[0, 0, int(r.slash_delta)].item() / r.slash_score)
+
+
+def test_slash_table_is_tidy(tiny_llama):
+    res = scan(tiny_llama, [random_tokens(30)], ScanConfig(map_size=8))
+    t = res.slash_table()
+    assert list(t.columns) == ["layer", "head", "delta", "slash_score"]
+    assert len(t) == tiny_llama.card.n_layers * tiny_llama.card.n_heads * 5
+    r = t.iloc[7]
+    assert r.slash_score == pytest.approx(res.scores[int(r.layer), int(r["head"]), int(r.delta)].item())
+    assert set(res.slash_table([0, 20])["delta"]) == {0, 20}
