@@ -89,7 +89,8 @@ def test_damaged_conversion_cache_is_named(tmp_path, monkeypatch):
     bad = tmp_path / "interp" / "hf" / good.name
     bad.mkdir(parents=True)
     for f in good.iterdir():
-        (bad / f.name).write_bytes(f.read_bytes()[:1000] if f.suffix == ".safetensors" else f.read_bytes())
+        with open(f, "rb") as fh:
+            (bad / f.name).write_bytes(fh.read(1000) if f.suffix == ".safetensors" else fh.read())
     with pytest.raises(CorruptModelFileError, match="delete that folder") as err:
         models.load_model("smollm2-135m", device="cpu")
     assert str(bad) in str(err.value)
