@@ -45,11 +45,14 @@ def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> to
     return ok
 
 
-def _logits(q, k, scale: float, softcap: float | None):
-    """``[kv_head, group*B, K]`` logits from q ``[kv_head, group*B, d]`` and k^T ``[kv_head, d, K]`` (scale on q: B*d multiplies, not B*K)."""
-    s = torch.matmul(q * scale, k)
+def _logits(q, k, scale: float, softcap: float | None, out: torch.Tensor | None = None):
+    """``[kv_head, group*B, K]`` logits from q ``[kv_head, group*B, d]`` and k^T ``[kv_head, d, K]``, into ``out`` if given.
+
+    The scale goes on q (B*d multiplies, not B*K); soft-capping ``c * tanh(x / c)`` is applied in place.
+    """
+    s = torch.matmul(q * scale, k, out=out)
     if softcap:
-        s = torch.tanh(s / softcap).mul_(softcap)
+        s.div_(softcap).tanh_().mul_(softcap)
     return s
 
 
@@ -110,10 +113,8 @@ def _block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap, buf):
     """Masked logits ``[head, B, i1]`` of queries i0..i1-1 against keys i1-1..0 (reversed), written into ``buf``."""
     N, H = q.shape[0], q.shape[1]
     B = i1 - i0
-    s = buf[: H * B * i1].view(n_kv, (H // n_kv) * B, i1)
-    torch.matmul(_grouped(q[i0:i1], n_kv) * scale, k_rev[:, N - i1 :].transpose(-1, -2), out=s)
-    if softcap:
-        s.div_(softcap).tanh_().mul_(softcap)
+    s = _logits(_grouped(q[i0:i1], n_kv), k_rev[:, N - i1 :].transpose(-1, -2), scale, softcap,
+                out=buf[: H * B * i1].view(n_kv, (H // n_kv) * B, i1))
     s = s.view(H, B, i1)  # [kv, g, B] rows are query heads in order
     if window is not None and i1 > window:  # the window can hide any column: mask the whole row
         q_pos = torch.arange(i0, i1, device=q.device)

@@ -12,6 +12,7 @@ sha256, so only the first load pays for the conversion.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib.util
 import os
@@ -376,7 +377,7 @@ class LoadedModel:
         """Device of the model's parameters."""
         return next(self.hf.parameters()).device
 
-    @property
+    @functools.cached_property
     def bos_token_id(self) -> int | None:
         """BOS id to start prompts with, where the tokenizer itself adds one (Gemma-3); else None."""
         tok = self.tokenizer

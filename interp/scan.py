@@ -146,7 +146,7 @@ class _Collector:
         st.add("sink_rope", layer, sink.double().mean(-1))
         if cfg.counterfactual_sinks:
             sink_pre = key_weight(q_pre, k_pre, scale, window, softcap, cfg.block_size, key=0)
-            st.add("sink_norope", layer, sink_pre.double().sum(-1) / N)
+            st.add("sink_norope", layer, sink_pre.double().mean(-1))
         self._token_stats(layer, q_pre, k_pre, q_rot, k_rot)
         return out
 
@@ -222,7 +222,7 @@ class ScanResult:
     def long_lag_range(self) -> range:
         """Long lags that fit the scanned prompts with ``long_min_entries`` entries each (may be empty)."""
         lo, hi = self.config.long_lags
-        n = self.scores.shape[-1]
+        n = self.state["slash_prompts"].shape[-1]  # lags scanned (the longest prompt)
         return range(lo, max(lo, min(hi, n - self.config.skip - self.config.long_min_entries) + 1))
 
     @property

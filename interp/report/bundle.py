@@ -18,7 +18,7 @@ def long_lag_table(result: ScanResult, top: int = TOP_LONG_LAGS) -> pd.DataFrame
     if not lags:
         return pd.DataFrame(columns=["layer", "head", "rank", "delta", "slash_score", "is_sdh_long"])
     lo = lags.start
-    window = result.scores[..., lags.start : lags.stop].nan_to_num(nan=-1.0)
+    window = result.scores[..., lo : lags.stop].nan_to_num(nan=-1.0)
     k = min(top, window.shape[-1])
     val, idx = window.topk(k, dim=-1)
     L, H = val.shape[:2]

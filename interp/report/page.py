@@ -156,7 +156,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
         lags = result.long_lag_range()
         lo, hi = lags.start, lags.stop - 1
         sc = result.scores.float().cpu().numpy()
-        d = np.arange(lo, hi + 1)
+        d = np.arange(lags.start, lags.stop)
         fig = figures.slash_spectrum(d, np.stack([sc[r.layer, r.head, d] for r in long_top.itertuples()]),
                                      [f"L{r.layer}H{r.head}" for r in long_top.itertuples()], result.config.kappa_long)
         n_long = int(heads["is_sdh_long"].sum())
