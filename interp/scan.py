@@ -28,7 +28,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from interp.attention import attention_blocks, expand_kv, key_weight, lag_sums
+from interp import kernels
+from interp.attention import attention_blocks, key_weight, lag_sums
 from interp.capture import as_tokens
 from interp.models import LoadedModel, ModelCard, attention_modules
 from interp.stats import State, cone, maps, norms, slash, sinks, spectrum
@@ -114,44 +115,71 @@ def new_state(card: ModelCard, n_pos: int, cfg: ScanConfig) -> State:
     )
 
 
+def use_kernel(q: torch.Tensor) -> bool:
+    """Whether the fused kernel handles this layer: float32 CPU tensors and the kernel built (see ``interp.kernels``)."""
+    return q.device.type == "cpu" and q.dtype == torch.float32 and kernels.available()
+
+
 class _Collector:
     """Receives each layer's q/k/v during one prompt's forward and adds its reductions to ``state``."""
 
     def __init__(self, card: ModelCard, cfg: ScanConfig, state: State):
         self.card, self.cfg, self.state = card, cfg, state
         self.pre: dict[tuple[int, str], torch.Tensor] = {}
+        self.engine = "none"  # which attention path ran last: "fused-cpu" or "python"
 
     def attend(self, layer, q_rot, k_rot, v, scale, window, softcap):
-        """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``."""
-        cfg, st, H = self.cfg, self.state, self.card.n_heads
+        """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``.
+
+        Uses the fused kernel (``interp.kernels``) for float32 CPU tensors when it is available, else
+        the Python block path; both compute the same exact probabilities.
+        """
+        cfg, st = self.cfg, self.state
         N = q_rot.shape[0]
         q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
-        out = torch.empty_like(q_rot)
-        # float32 within one prompt (at most pos / block_size additions per entry), float64 across prompts
-        lag = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
-        sink = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
-        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out):
-            sink[:, blk.i0 : blk.i1] = blk.key_column(0)
-            m = maps.block_map(blk, cfg.map_size)
-            if m is not None:
-                st.add("map_sum", layer, m)
-            skip = min(cfg.skip, blk.i1)
-            blk.probs_rev[:, :, blk.i1 - skip :] = 0.0  # drop keys 0..skip-1 from slash sums
-            lag[:, : blk.i1] += lag_sums(blk.probs_rev)
+        if use_kernel(q_rot):
+            self.engine = "fused-cpu"
+            cf = (q_pre.transpose(0, 1), k_pre.transpose(0, 1)) if cfg.counterfactual_sinks else (None, None)
+            out, lag, sink, amap, sink_pre = kernels.stream_layer(
+                q_rot.transpose(0, 1), k_rot.transpose(0, 1), v.transpose(0, 1), scale, window, softcap,
+                cfg.block_size, cfg.skip, cfg.map_size, *cf)
+        else:
+            self.engine = "python"
+            out, lag, sink, amap = self._blocks(q_rot, k_rot, v, scale, window, softcap)
+            sink_pre = key_weight(q_pre, k_pre, scale, window, softcap, cfg.block_size, key=0) if cfg.counterfactual_sinks else None
+        st.add("map_sum", layer, amap)
         part = slash.prompt_slash(lag, N, cfg.skip)
         st.add("slash_mean_sum", (layer, slice(None), slice(0, N)), part["slash_mean_sum"])
         if layer == 0:
             st.add("slash_prompts", slice(0, N), part["slash_prompts"])
             st.add("prompts", 0, torch.ones(()))
         st.add("sink_rope", layer, sink.double().mean(-1))
-        if cfg.counterfactual_sinks:
-            sink_pre = key_weight(q_pre, k_pre, scale, window, softcap, cfg.block_size, key=0)
+        if sink_pre is not None:
             st.add("sink_norope", layer, sink_pre.double().mean(-1))
         self._token_stats(layer, q_pre, k_pre, q_rot, k_rot)
         return out
 
+    def _blocks(self, q_rot, k_rot, v, scale, window, softcap):
+        """Python block path: ``(out [pos, head, d_head], lag [head, pos], sink [head, pos], map [head, M, M])``."""
+        cfg, H, M = self.cfg, self.card.n_heads, self.cfg.map_size
+        N = q_rot.shape[0]
+        out = torch.empty_like(q_rot)
+        # float32 within one prompt (at most pos / block_size additions per entry), float64 across prompts
+        lag = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
+        sink = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
+        amap = torch.zeros(H, M, M, dtype=torch.float64, device=q_rot.device)
+        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out):
+            sink[:, blk.i0 : blk.i1] = blk.key_column(0)
+            m = maps.block_map(blk, M)
+            if m is not None:
+                amap += m
+            skip = min(cfg.skip, blk.i1)
+            blk.probs_rev[:, :, blk.i1 - skip :] = 0.0  # drop keys 0..skip-1 from slash sums
+            lag[:, : blk.i1] += lag_sums(blk.probs_rev)
+        return out, lag, sink, amap
+
     def _token_stats(self, layer, q_pre, k_pre, q_rot, k_rot):
-        st, H = self.state, self.card.n_heads
+        st = self.state
         st.add("gram_q_pre", layer, spectrum.gram(q_pre))
         st.add("gram_q_rot", layer, spectrum.gram(q_rot))
         st.add("gram_k_pre", layer, spectrum.gram(k_pre))
@@ -159,8 +187,8 @@ class _Collector:
         st.add("norm_q", layer, norms.norm_sums(q_pre))
         st.add("norm_k", layer, norms.norm_sums(k_pre))
         st.add("key0_norm", layer, norms.first_key_norm(k_pre))
-        st.add("cone_pre", layer, cone.cone_values(q_pre, expand_kv(k_pre, H)))
-        st.add("cone_rot", layer, cone.cone_values(q_rot, expand_kv(k_rot, H)))
+        st.add("cone_pre", layer, cone.cone_values(q_pre, k_pre))
+        st.add("cone_rot", layer, cone.cone_values(q_rot, k_rot))
 
 
 @contextmanager
@@ -296,8 +324,10 @@ def scan(
     with torch.inference_mode(), _streaming(model, collector):
         desc = f"scan {model.card.name}" + (f" ({meta['corpus']})" if meta and "corpus" in meta else "")
         for t in tqdm(toks, desc=desc, unit="prompt", disable=not progress):
-            model.hf(t[None].to(model.device), use_cache=False)
+            # the decoder stack only: the scan reads attention, so the LM head (N x vocab logits) is skipped
+            model.hf.base_model(t[None].to(model.device), use_cache=False)
     info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
+            "engine": collector.engine,
             "sample_tokens": [model.tokenizer.decode([int(i)]) for i in toks[0][: cfg.map_size]]}
     return ScanResult(model.card, cfg, state, {**info, **(meta or {})})
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from interp import kernels
 from interp.attention import attention_pattern, expand_kv
 from interp.capture import capture
 from interp.scan import ScanConfig, ScanResult, _Collector, _streaming, merge_results, new_state, scan
@@ -30,10 +31,21 @@ def _reference(model, prompts, map_size):
     return out
 
 
+@pytest.fixture(params=["fused-cpu", "python"])
+def engine(request, monkeypatch):
+    """Run a test with the fused kernel and with the Python block path (INTERP_KERNEL=0)."""
+    if request.param == "python":
+        monkeypatch.setenv("INTERP_KERNEL", "0")
+    elif not kernels.available():
+        pytest.skip("the fused kernel did not build on this machine (see the warning); the Python path is tested")
+    return request.param
+
+
 @pytest.mark.parametrize("n,block", [(29, 8), (40, 40), (37, 5), (64, 128)])
-def test_scan_equals_materialised_patterns(tiny, n, block):
+def test_scan_equals_materialised_patterns(tiny, n, block, engine):
     prompts = [random_tokens(n, seed=s) for s in range(2)]
     res = scan(tiny, prompts, ScanConfig(block_size=block, map_size=16))
+    assert res.meta["engine"] == engine
     ref = _reference(tiny, prompts, 16)
     valid = n - slash.SKIP
     torch.testing.assert_close(res.scores[..., :valid], torch.stack(ref["slash"]).mean(0)[..., :valid], atol=1e-5, rtol=0)
@@ -53,7 +65,7 @@ def test_scan_equals_materialised_patterns(tiny, n, block):
             assert h.loc[(h.layer == layer) & (h["head"] == head), "r1_q"].item() == pytest.approx(s[0] / s.sum(), rel=1e-4)
 
 
-def test_scan_leaves_the_model_output_unchanged(tiny):
+def test_scan_leaves_the_model_output_unchanged(tiny, engine):
     toks = random_tokens(50, seed=4)[None]
     with torch.no_grad():
         ref = tiny.hf(toks).logits

@@ -16,6 +16,8 @@ import math
 import torch
 from jaxtyping import Float
 
+from interp.attention import check_qk
+
 
 def unit_sum(x: Float[torch.Tensor, "pos head d_head"]) -> Float[torch.Tensor, "head d_head"]:
     """``S = sum_i x_i / ||x_i||`` (summed in float64; zero vectors contribute nothing)."""
@@ -23,10 +25,18 @@ def unit_sum(x: Float[torch.Tensor, "pos head d_head"]) -> Float[torch.Tensor, "
     return (x / x.norm(dim=-1, keepdim=True).clamp(min=1e-30)).sum(0, dtype=torch.float64)
 
 
-def cone_values(q: Float[torch.Tensor, "pos head d_head"], k_expanded: Float[torch.Tensor, "pos head d_head"]) -> torch.Tensor:
-    """``[4, head]``: cos QQ, cos KK, cos QK, angle(mean q, mean k) in degrees, for one prompt."""
-    N = q.shape[0]
-    sq, sk = unit_sum(q), unit_sum(k_expanded)
+def cone_values(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"]) -> torch.Tensor:
+    """``[4, head]``: cos QQ, cos KK, cos QK, angle(mean q, mean k) in degrees, for one prompt.
+
+    ``k`` may hold kv heads (query head h reads kv head ``h // (head / kv_head)``) or be expanded already.
+
+    Raises:
+        ShapeError: ``head`` is not a multiple of ``kv_head`` or pos / d_head differ.
+    """
+    check_qk(q, k)
+    N, H = q.shape[0], q.shape[1]
+    sq = unit_sum(q)
+    sk = unit_sum(k).repeat_interleave(H // k.shape[1], dim=0)  # unit sums of a kv head serve its query heads
     pair = N * (N - 1) if N > 1 else math.nan
     qq = ((sq * sq).sum(-1) - N) / pair
     kk = ((sk * sk).sum(-1) - N) / pair

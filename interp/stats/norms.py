@@ -13,7 +13,7 @@ from jaxtyping import Float
 
 def norm_sums(x: Float[torch.Tensor, "pos head d_head"]) -> dict[str, torch.Tensor]:
     """``[3, head]``: sum of norms, sum of squared norms, token count."""
-    n = x.double().norm(dim=-1)
+    n = x.float().norm(dim=-1).double()  # norms in float32 (relative error ~1e-7), sums in float64
     return torch.stack([n.sum(0), (n**2).sum(0), torch.full_like(n[0], n.shape[0])])
 
 
@@ -27,6 +27,6 @@ def relative_variation(s: Float[torch.Tensor, "... 3 head"]) -> torch.Tensor:
 
 def first_key_norm(k: Float[torch.Tensor, "pos kv_head d_head"]) -> torch.Tensor:
     """``[2, kv_head]``: norm of key 0 and mean norm of keys 1.. (one prompt)."""
-    n = k.double().norm(dim=-1)
+    n = k.float().norm(dim=-1).double()
     rest = n[1:].mean(0) if n.shape[0] > 1 else torch.full_like(n[0], torch.nan)
     return torch.stack([n[0], rest])

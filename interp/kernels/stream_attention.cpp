@@ -1,0 +1,232 @@
+// Fused, exact block attention of one layer for the scan (CPU, float32).
+//
+// Same arithmetic as interp/attention.py (the reference path): per query block and kv head, the
+// logits of the block's queries (all query heads of that kv head) against the visible keys are
+// computed, soft-capped, masked (causal + sliding window) and normalised over the whole visible row;
+// the probabilities then give the layer output P @ V and are reduced, while the tile is still in
+// cache, into per-lag sums (slash scores), the weight on key 0 (sinks) and the map of the first
+// positions. Optionally the pre-RoPE counterfactual weight on key 0 is computed from q_pre / k_pre.
+//
+// Why a kernel: in Python each block is a chain of separate ATen calls whose [head, block, pos]
+// tile does not fit in cache and whose threads synchronise per call. Here the tile of one kv head
+// stays in L2, and the two cores work on different (block, kv head) items with no synchronisation.
+//
+// Keys are laid out reversed within a tile (column m holds key i1 - 1 - m), so lag
+// delta = m + r - (B - 1) for block row r, and one lag is one contiguous run of a row.
+// at::vec picks its instruction set from these macros (torch sets them per build of its own kernels)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define CPU_CAPABILITY AVX512
+#define CPU_CAPABILITY_AVX512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define CPU_CAPABILITY AVX2
+#define CPU_CAPABILITY_AVX2
+#else
+#define CPU_CAPABILITY DEFAULT
+#endif
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <omp.h>
+#include <vector>
+
+namespace {
+
+using at::Tensor;
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int64_t W = Vec::size();
+
+// Row reductions over the visible columns [lo, hi) of a logit row (vectorised; exp_u20 is the
+// exponential of torch's CPU flash attention, relative error ~1e-6).
+inline float row_max(const float* x, int64_t lo, int64_t hi) {
+  float mx = -std::numeric_limits<float>::infinity();
+  int64_t m = lo;
+  if (hi - lo >= W) {
+    Vec acc = Vec::loadu(x + m);
+    for (m += W; m + W <= hi; m += W) acc = at::vec::maximum(acc, Vec::loadu(x + m));
+    float tmp[W];
+    acc.store(tmp);
+    for (int64_t i = 0; i < W; ++i) mx = std::max(mx, tmp[i]);
+  }
+  for (; m < hi; ++m) mx = std::max(mx, x[m]);
+  return mx;
+}
+
+// x[m] = exp(x[m] - mx) on [lo, hi) (store) or only the sum of those values (no store).
+template <bool kStore>
+inline float row_exp(float* x, int64_t lo, int64_t hi, float mx) {
+  const Vec vmx(mx);
+  Vec acc(0.f);
+  int64_t m = lo;
+  for (; m + W <= hi; m += W) {
+    Vec e = (Vec::loadu(x + m) - vmx).exp_u20();
+    if (kStore) e.store(x + m);
+    acc = acc + e;
+  }
+  float tmp[W];
+  acc.store(tmp);
+  float sum = 0.f;
+  for (int64_t i = 0; i < W; ++i) sum += tmp[i];
+  for (; m < hi; ++m) {
+    const float e = std::exp(x[m] - mx);
+    if (kStore) x[m] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+// Visible reversed columns [lo, hi) of block row r: future keys come first, keys beyond the window last.
+inline void row_range(int64_t r, int64_t B, int64_t C, int64_t window, int64_t& lo, int64_t& hi) {
+  lo = B - 1 - r;
+  hi = window > 0 ? std::min(C, window + lo) : C;
+}
+
+// Logits of one (query block, kv head) tile into s: rows = the group's query heads x block rows,
+// columns = keys i1-1 .. i1-C (reversed). Scale on q (B*D multiplies, not B*C), then soft-cap.
+void tile_logits(const float* q, const float* k_rev, float* qbuf, float* s, int64_t N, int64_t D, int64_t g,
+                 int64_t G, int64_t i0, int64_t i1, int64_t C, double scale, double softcap) {
+  const int64_t B = i1 - i0, R = G * B;
+  const float sc = static_cast<float>(scale);
+  for (int64_t t = 0; t < G; ++t) {
+    const float* src = q + ((g * G + t) * N + i0) * D;
+    float* dst = qbuf + t * B * D;
+    for (int64_t x = 0; x < B * D; ++x) dst[x] = src[x] * sc;
+  }
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  Tensor qt = at::from_blob(qbuf, {R, D}, opts);
+  Tensor kt = at::from_blob(const_cast<float*>(k_rev) + (g * N + N - i1) * D, {C, D}, opts);
+  Tensor st = at::from_blob(s, {R, C}, opts);
+  at::mm_out(st, qt, kt.t());
+  if (softcap > 0) st.div_(softcap).tanh_().mul_(softcap);
+}
+
+// Visible reversed columns of a block: with a window only the last `window + B - 1` keys can be seen.
+inline int64_t visible_columns(int64_t i0, int64_t i1, int64_t window) {
+  const int64_t B = i1 - i0;
+  return window > 0 ? std::min(i1, window + B - 1) : i1;
+}
+
+std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale,
+                                 int64_t window, double softcap, int64_t block, int64_t skip, int64_t map_size,
+                                 const c10::optional<Tensor>& q_pre_in, const c10::optional<Tensor>& k_pre_in) {
+  TORCH_CHECK(q_in.dim() == 3 && k_in.dim() == 3 && v_in.dim() == 3, "q [head,pos,d], k/v [kv_head,pos,d] expected");
+  TORCH_CHECK(q_in.scalar_type() == at::kFloat && q_in.device().is_cpu(), "float32 CPU tensors expected");
+  const int64_t H = q_in.size(0), N = q_in.size(1), D = q_in.size(2), KV = k_in.size(0);
+  TORCH_CHECK(H % KV == 0 && k_in.size(1) == N && k_in.size(2) == D && v_in.sizes() == k_in.sizes(), "shape mismatch");
+  const int64_t G = H / KV;
+  const Tensor q = q_in.contiguous();
+  const Tensor k_rev = k_in.flip(1).contiguous();  // [kv, pos, d], row m = key N-1-m
+  const Tensor v_rev = v_in.flip(1).contiguous();
+  const bool cf = q_pre_in.has_value() && k_pre_in.has_value();
+  Tensor q_pre, k_pre_rev;
+  if (cf) {
+    q_pre = q_pre_in->contiguous();
+    k_pre_rev = k_pre_in->flip(1).contiguous();
+  }
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  auto f64 = at::TensorOptions().dtype(at::kDouble);
+  Tensor out = at::empty({N, H, D}, f32);
+  Tensor sink = at::zeros({H, N}, f32);
+  Tensor sink_pre = at::zeros({cf ? H : 0, N}, f32);
+  const int64_t M = std::min(map_size, N);
+  Tensor map = at::zeros({H, map_size, map_size}, f64);
+
+  const int64_t n_blocks = (N + block - 1) / block;
+  const int n_threads = std::max(1, at::get_num_threads());
+  const int64_t R = G * std::min(block, N);
+  std::vector<Tensor> qbufs, sbufs, obufs, lags, invs;
+  for (int i = 0; i < n_threads; ++i) {
+    qbufs.push_back(at::empty({R * D}, f32));
+    sbufs.push_back(at::empty({R * N}, f32));
+    obufs.push_back(at::empty({R * D}, f32));
+    lags.push_back(at::zeros({H, N}, f32));
+    invs.push_back(at::empty({R}, f32));
+  }
+  // items ordered by decreasing cost (late blocks see more keys) so dynamic scheduling balances
+  const int64_t n_items = n_blocks * KV;
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k_rev.data_ptr<float>();
+  const float* vp = v_rev.data_ptr<float>();
+  float* outp = out.data_ptr<float>();
+  float* sinkp = sink.data_ptr<float>();
+  float* sinkpre_p = cf ? sink_pre.data_ptr<float>() : nullptr;
+  double* mapp = map.data_ptr<double>();
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+  for (int64_t item = 0; item < n_items; ++item) {
+    const int tid = omp_get_thread_num();
+    const int64_t b = n_blocks - 1 - item / KV, g = item % KV;
+    const int64_t i0 = b * block, i1 = std::min(N, i0 + block), B = i1 - i0;
+    const int64_t C = visible_columns(i0, i1, window);
+    float* qbuf = qbufs[tid].data_ptr<float>();
+    float* s = sbufs[tid].data_ptr<float>();
+    float* obuf = obufs[tid].data_ptr<float>();
+    float* lag = lags[tid].data_ptr<float>();
+    float* inv = invs[tid].data_ptr<float>();
+    tile_logits(qp, kp, qbuf, s, N, D, g, G, i0, i1, C, scale, softcap);
+    for (int64_t row = 0; row < G * B; ++row) {  // unnormalised probabilities, zero where masked; 1/row sum
+      int64_t lo, hi;
+      row_range(row % B, B, C, window, lo, hi);
+      float* x = s + row * C;
+      inv[row] = 1.f / row_exp<true>(x, lo, hi, row_max(x, lo, hi));
+      std::fill(x, x + lo, 0.f);
+      std::fill(x + hi, x + C, 0.f);
+    }
+    Tensor ot = at::from_blob(obuf, {G * B, D}, f32);
+    Tensor vt = at::from_blob(const_cast<float*>(vp) + (g * N + N - i1) * D, {C, D}, f32);
+    at::mm_out(ot, at::from_blob(s, {G * B, C}, f32), vt);
+
+    const int64_t last_slash = std::min(C, i1 - skip);  // columns >= i1 - skip are keys < skip
+    for (int64_t t = 0; t < G; ++t) {
+      const int64_t h = g * G + t;
+      float* lag_h = lag + h * N;
+      for (int64_t r = 0; r < B; ++r) {
+        const int64_t row = t * B + r;
+        const float* x = s + row * C;
+        const float w = inv[row];
+        float* o = outp + ((i0 + r) * H + h) * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = obuf[row * D + d] * w;
+        const int64_t first = B - 1 - r;
+        float* dst = lag_h - first;  // lag of column m is m - first
+        for (int64_t m = first; m < last_slash; ++m) dst[m] += x[m] * w;
+        sinkp[h * N + i0 + r] = i1 - 1 < C ? x[i1 - 1] * w : 0.f;  // zeroed already if outside the window
+        if (i0 + r < M)
+          for (int64_t j = 0; j < std::min(M, i1); ++j) {
+            const int64_t m = i1 - 1 - j;
+            mapp[(h * map_size + i0 + r) * map_size + j] = m < C ? x[m] * w : 0.f;
+          }
+      }
+    }
+    if (cf && (window <= 0 || i0 < window)) {  // key 0 is visible to at least the block's first query
+      // Pre-RoPE tile; only A[i, 0] is needed: 1 / sum_m exp(x_m - x_0). No max pass: the sum is >= 1 (the
+      // key-0 term), and a term that overflows means A[i, 0] < e^-88, which the resulting 0 represents.
+      tile_logits(q_pre.data_ptr<float>(), k_pre_rev.data_ptr<float>(), qbuf, s, N, D, g, G, i0, i1, C, scale, softcap);
+      for (int64_t t = 0; t < G; ++t)
+        for (int64_t r = 0; r < B; ++r) {
+          int64_t lo, hi;
+          row_range(r, B, C, window, lo, hi);
+          float* x = s + (t * B + r) * C;
+          sinkpre_p[(g * G + t) * N + i0 + r] = i1 - 1 < hi ? 1.f / row_exp<false>(x, lo, hi, x[i1 - 1]) : 0.f;
+        }
+    }
+  }
+  Tensor lag = at::zeros({H, N}, f64);
+  for (auto& l : lags) lag.add_(l.to(at::kDouble));
+  return {out, lag, sink, map, sink_pre};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(interp_kernels, m) {
+  m.def(
+      "stream_layer(Tensor q, Tensor k, Tensor v, float scale, int window, float softcap, int block, int skip, "
+      "int map_size, Tensor? q_pre, Tensor? k_pre) -> Tensor[]");
+  m.impl("stream_layer", c10::DispatchKey::CPU, &stream_layer);
+}

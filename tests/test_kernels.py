@@ -1,0 +1,76 @@
+"""The fused kernel equals the materialised pattern on every output, and its build fails loudly when asked to."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interp import kernels
+from interp.attention import attention_pattern, expand_kv
+
+needs_kernel = pytest.mark.skipif(not kernels.available(), reason="the fused kernel did not build on this machine")
+
+
+def _reference(q, k, v, qp, kp, scale, window, softcap, skip, M):
+    """Every output of ``stream_layer`` from full patterns (independent of the tiling)."""
+    N, H, _ = q.shape
+    A = attention_pattern(q, k, scale, window, softcap)
+    out = torch.einsum("hij,jhd->ihd", A, expand_kv(v, H))
+    Ad = A.double().clone()
+    Ad[:, :, :skip] = 0
+    lag = torch.stack([torch.stack([torch.diagonal(Ad[h], -d).sum() for d in range(N)]) for h in range(H)])
+    amap = torch.zeros(H, M, M, dtype=torch.float64)
+    m = min(M, N)
+    amap[:, :m, :m] = A[:, :m, :m].double()
+    sink_pre = attention_pattern(qp, kp, scale, window, softcap)[:, :, 0]
+    return out, lag, A[:, :, 0], amap, sink_pre
+
+
+@needs_kernel
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 90),
+    kv=st.sampled_from([1, 2, 3]),
+    group=st.sampled_from([1, 2, 3]),
+    d=st.sampled_from([4, 16, 24]),
+    block=st.integers(1, 40),
+    window=st.sampled_from([None, 1, 5, 17]),
+    softcap=st.sampled_from([None, 3.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_stream_layer_equals_full_patterns(n, kv, group, d, block, window, softcap, seed):
+    g = torch.Generator().manual_seed(seed)
+    H = kv * group
+    q, qp = torch.randn(n, H, d, generator=g) * 3, torch.randn(n, H, d, generator=g) * 3
+    k, kp, v = (torch.randn(n, kv, d, generator=g) * 3 for _ in range(3))
+    scale, skip, M = d**-0.5, 4, 12
+    got = kernels.stream_layer(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), scale, window, softcap, block, skip, M,
+                               qp.transpose(0, 1), kp.transpose(0, 1))
+    ref = _reference(q, k, v, qp, kp, scale, window, softcap, skip, M)
+    for name, a, b in zip(("out", "lag", "sink", "map", "sink_pre"), got, ref):
+        torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@needs_kernel
+def test_stream_layer_without_counterfactual_returns_an_empty_sink_pre():
+    q, k = torch.randn(3, 20, 8), torch.randn(1, 20, 8)
+    *_, sink_pre = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4)
+    assert sink_pre.shape == (0, 20)
+
+
+def test_a_failed_build_is_an_error_when_the_kernel_is_required(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))  # nothing cached there: forces a build
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
+    monkeypatch.setenv("INTERP_KERNEL", "1")
+    monkeypatch.setattr(kernels, "_STATE", {})
+    with pytest.raises(RuntimeError, match="required .*did not build"):
+        kernels.available()
+    monkeypatch.setenv("INTERP_KERNEL", "auto")  # default: warn and use the Python path
+    monkeypatch.setattr(kernels, "_STATE", {})
+    with pytest.warns(UserWarning, match="slower Python path"):
+        assert kernels.available() is False
+
+
+def test_interp_kernel_0_selects_the_python_path(monkeypatch):
+    monkeypatch.setenv("INTERP_KERNEL", "0")
+    assert kernels.available() is False
