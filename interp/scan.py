@@ -6,7 +6,10 @@ and keys, computes the layer's attention *exactly* in query blocks (all heads at
 log-sum-exp row normalisers, causal + sliding-window masks, GQA mapping), returns the output
 ``P @ V`` to the model and reduces the same probabilities into the accumulators. Attention is
 therefore computed once per layer; no ``[head, pos, pos]`` tensor is held. Pre-RoPE vectors come
-from forward hooks on ``q_proj``/``k_proj`` (or ``q_norm``/``k_norm`` with QK-norm).
+from forward hooks on ``q_proj``/``k_proj`` (or ``q_norm``/``k_norm`` with QK-norm). On CPU the
+layer's work runs in the fused kernel of ``interp.kernels`` (tiles kept in cache, both cores on
+independent tiles); elsewhere, or without a compiler, in the Python block path of
+``interp.attention``. The decoder stack runs without the LM head: the scan never reads logits.
 
 Outside a scan the registered function is a pass-through to sdpa.
 """
@@ -143,6 +146,7 @@ class _Collector:
             out, lag, sink, amap, sink_pre = kernels.stream_layer(
                 q_rot.transpose(0, 1), k_rot.transpose(0, 1), v.transpose(0, 1), scale, window, softcap,
                 cfg.block_size, cfg.skip, cfg.map_size, *cf)
+            sink_pre = sink_pre if cfg.counterfactual_sinks else None
         else:
             self.engine = "python"
             out, lag, sink, amap = self._blocks(q_rot, k_rot, v, scale, window, softcap)

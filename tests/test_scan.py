@@ -121,3 +121,12 @@ def test_slash_table_is_tidy(tiny_llama):
     r = t.iloc[7]
     assert r.slash_score == pytest.approx(res.scores[int(r.layer), int(r["head"]), int(r.delta)].item())
     assert set(res.slash_table([0, 20])["delta"]) == {0, 20}
+
+
+def test_scan_without_counterfactual_matches_the_full_scan(tiny_llama, engine):
+    prompts = [random_tokens(40, seed=7)]
+    full = scan(tiny_llama, prompts, ScanConfig(block_size=16)).heads
+    lean = scan(tiny_llama, prompts, ScanConfig(block_size=16, counterfactual_sinks=False)).heads
+    assert lean["sink_weight_norope"].isna().all()
+    np.testing.assert_allclose(lean["sink_weight"], full["sink_weight"], atol=1e-6)
+    np.testing.assert_allclose(lean["slash_score"], full["slash_score"], atol=1e-6)

@@ -3,6 +3,7 @@
 For each prompt length N (default 1024, 2048, 4096, 8192) on one pydoc prompt, in one run:
 
 - ``forward``: the plain HF forward with sdpa (the floor);
+- ``forward_decoder``: the same without the LM head (what the scan runs: it reads attention, not logits);
 - ``scan``: ``interp.scan`` with every measurement of the head-finding report plus long-range slash;
 - ``scan_nocf``: the same without the pre-RoPE counterfactual sink weight (one QK^T fewer per layer);
 - ``cache``: TransformerLens ``run_with_cache`` on every ``hook_pattern``, then diagonal means (the
@@ -63,6 +64,9 @@ def worker(mode: str, n: int, repeats: int, model_name: str) -> dict:
         if mode == "forward":
             with torch.inference_mode():
                 model.hf(tokens, use_cache=False)
+        elif mode == "forward_decoder":
+            with torch.inference_mode():
+                model.hf.base_model(tokens, use_cache=False)
         elif mode in ("scan", "scan_nocf"):
             interp.scan(model, tokens, interp.ScanConfig(counterfactual_sinks=mode == "scan"))
         else:
@@ -107,7 +111,7 @@ def main() -> None:
     card = load_model(args.model, device="cpu").card
     rows = []
     for n in args.lengths:
-        for mode in ("forward", "scan", "scan_nocf", "cache"):
+        for mode in ("forward", "forward_decoder", "scan", "scan_nocf", "cache"):
             pattern_mb = card.n_layers * card.n_heads * n * n * 4 / 2**20
             if mode == "cache" and pattern_mb > 0.5 * _mem_available_mb():
                 print(f"N={n}: cache route skipped, its patterns need {pattern_mb / 1024:.1f} GiB", flush=True)
@@ -126,12 +130,19 @@ def main() -> None:
     wide = df.pivot(index="n", columns="mode", values="seconds")
     mem = df.pivot(index="n", columns="mode", values="peak_rss_mb") / 1024
     table = pd.DataFrame({
-        "forward_s": wide["forward"], "scan_s": wide["scan"], "scan_nocf_s": wide["scan_nocf"], "cache_s": wide.get("cache"),
-        "scan/forward": wide["scan"] / wide["forward"], "scan_nocf/forward": wide["scan_nocf"] / wide["forward"],
+        "forward_s": wide["forward"], "forward_decoder_s": wide["forward_decoder"], "scan_s": wide["scan"], "scan_nocf_s": wide["scan_nocf"], "cache_s": wide.get("cache"),
+        "scan/forward": wide["scan"] / wide["forward"], "scan/forward_decoder": wide["scan"] / wide["forward_decoder"],
+        "scan_nocf/forward": wide["scan_nocf"] / wide["forward"],
         "cache/scan": wide.get("cache") / wide["scan"],
         "peak_GiB_forward": mem["forward"], "peak_GiB_scan": mem["scan"], "peak_GiB_cache": mem.get("cache"),
     })
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, torch {__import__('torch').__version__}"
+    from interp import kernels
+
+    engine = "fused kernel" if kernels.available() else "Python block path"
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")),
+               platform.machine()) if Path("/proc/cpuinfo").exists() else platform.machine()
+    machine = (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+               f"torch {__import__('torch').__version__}, {engine}")
     print(f"\nmodel {args.model}; machine: {machine}\n")
     print(table.round(2).to_string())
     FIG.mkdir(exist_ok=True)
@@ -144,7 +155,7 @@ def _plot(table, machine: str, model: str) -> None:
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time (s)", "peak resident memory (GiB)"))
-    for col, name in (("forward_s", "plain sdpa forward"), ("scan_s", "interp scan"), ("scan_nocf_s", "scan, no counterfactual"),
+    for col, name in (("forward_s", "plain sdpa forward"), ("forward_decoder_s", "sdpa forward, no LM head"), ("scan_s", "interp scan"), ("scan_nocf_s", "scan, no counterfactual"),
                       ("cache_s", "run_with_cache patterns")):
         if col in table and table[col].notna().any():
             fig.add_trace(go.Scatter(x=table.index, y=table[col], mode="lines+markers", name=name), row=1, col=1)

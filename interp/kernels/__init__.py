@@ -93,6 +93,7 @@ def available() -> bool:
     try:
         path = _library_path()
         if not path.exists():
+            print(f"interp: compiling the fused scan kernel into {path.parent} (once per machine, ~20 s)", file=sys.stderr, flush=True)
             _compile(path)
         torch.ops.load_library(str(path))
         ok = True

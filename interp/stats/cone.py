@@ -20,9 +20,12 @@ from interp.attention import check_qk
 
 
 def unit_sum(x: Float[torch.Tensor, "pos head d_head"]) -> Float[torch.Tensor, "head d_head"]:
-    """``S = sum_i x_i / ||x_i||`` (summed in float64; zero vectors contribute nothing)."""
+    """``S = sum_i x_i / ||x_i||`` (zero vectors contribute nothing).
+
+    Summed in float32 (torch reduces pairwise, relative error ~1e-7 * log N) and returned as float64.
+    """
     x = x.float()
-    return (x / x.norm(dim=-1, keepdim=True).clamp(min=1e-30)).sum(0, dtype=torch.float64)
+    return (x / x.norm(dim=-1, keepdim=True).clamp(min=1e-30)).sum(0).double()
 
 
 def cone_values(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"]) -> torch.Tensor:
