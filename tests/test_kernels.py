@@ -74,3 +74,15 @@ def test_a_failed_build_is_an_error_when_the_kernel_is_required(tmp_path, monkey
 def test_interp_kernel_0_selects_the_python_path(monkeypatch):
     monkeypatch.setenv("INTERP_KERNEL", "0")
     assert kernels.available() is False
+
+
+@needs_kernel
+def test_bad_shapes_and_dtypes_are_errors_not_crashes():
+    q, k = torch.randn(4, 10, 8), torch.randn(3, 10, 8)  # 4 query heads cannot share 3 kv heads
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        kernels.stream_layer(q, k, k, 0.3, None, None, 4, 4, 4)
+    k = torch.randn(2, 10, 8)
+    with pytest.raises(RuntimeError, match="float32"):
+        kernels.stream_layer(q.double(), k.double(), k.double(), 0.3, None, None, 4, 4, 4)
+    with pytest.raises(RuntimeError, match="block must be"):
+        kernels.stream_layer(q, k, k, 0.3, None, None, 0, 4, 4)

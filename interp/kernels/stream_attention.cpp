@@ -116,10 +116,20 @@ inline int64_t visible_columns(int64_t i0, int64_t i1, int64_t window) {
 std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale,
                                  int64_t window, double softcap, int64_t block, int64_t skip, int64_t map_size,
                                  const c10::optional<Tensor>& q_pre_in, const c10::optional<Tensor>& k_pre_in) {
+  // every check happens here: nothing may throw inside the OpenMP region
   TORCH_CHECK(q_in.dim() == 3 && k_in.dim() == 3 && v_in.dim() == 3, "q [head,pos,d], k/v [kv_head,pos,d] expected");
-  TORCH_CHECK(q_in.scalar_type() == at::kFloat && q_in.device().is_cpu(), "float32 CPU tensors expected");
   const int64_t H = q_in.size(0), N = q_in.size(1), D = q_in.size(2), KV = k_in.size(0);
-  TORCH_CHECK(H % KV == 0 && k_in.size(1) == N && k_in.size(2) == D && v_in.sizes() == k_in.sizes(), "shape mismatch");
+  TORCH_CHECK(KV > 0 && H % KV == 0 && k_in.size(1) == N && k_in.size(2) == D && v_in.sizes() == k_in.sizes(),
+              "shape mismatch: q [head,pos,d], k and v [kv_head,pos,d] with head % kv_head == 0");
+  TORCH_CHECK(q_pre_in.has_value() == k_pre_in.has_value(), "q_pre and k_pre go together");
+  std::vector<Tensor> all = {q_in, k_in, v_in};
+  if (q_pre_in.has_value()) {
+    TORCH_CHECK(q_pre_in->sizes() == q_in.sizes() && k_pre_in->sizes() == k_in.sizes(), "q_pre/k_pre shapes differ from q/k");
+    all.push_back(*q_pre_in);
+    all.push_back(*k_pre_in);
+  }
+  for (const auto& t : all) TORCH_CHECK(t.scalar_type() == at::kFloat && t.device().is_cpu(), "float32 CPU tensors expected");
+  TORCH_CHECK(block > 0 && map_size >= 0 && skip >= 0, "block must be > 0, map_size and skip >= 0");
   const int64_t G = H / KV;
   const Tensor q = q_in.contiguous();
   const Tensor k_rev = k_in.flip(1).contiguous();  // [kv, pos, d], row m = key N-1-m
