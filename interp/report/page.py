@@ -72,7 +72,8 @@ def _card_table(result: ScanResult) -> pd.DataFrame:
         ("attention scale", ", ".join(f"{s:g}" for s in sorted(set(c.attn_scale)))),
         ("QK-norm / q,k bias", f"{c.qk_norm} / {c.qk_bias}"), ("weights", c.source), ("quantisation", c.quantization),
         ("sha256", c.sha256 or "-"),
-        ("scan", f"{result.meta.get('corpus', '?')}: {result.meta.get('prompts')} prompts x {max(result.meta.get('tokens') or [0])} tokens"),
+        ("scan", f"{result.meta.get('corpus', '?')}: {result.meta.get('prompts')} prompts x {max(result.meta.get('tokens') or [0])} tokens"
+                 + (f" ({result.meta['seconds']:.1f} s, {result.meta['engine']} engine)" if "engine" in result.meta and "seconds" in result.meta else "")),
     ]
     return pd.DataFrame(rows, columns=["field", "value"])
 
