@@ -142,10 +142,9 @@ class _Collector:
         q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
         if use_kernel(q_rot):
             self.engine = "fused-cpu"
-            cf = (q_pre.transpose(0, 1), k_pre.transpose(0, 1)) if cfg.counterfactual_sinks else (None, None)
+            cf = (q_pre, k_pre) if cfg.counterfactual_sinks else (None, None)
             out, lag, sink, amap, sink_pre = kernels.stream_layer(
-                q_rot.transpose(0, 1), k_rot.transpose(0, 1), v.transpose(0, 1), scale, window, softcap,
-                cfg.block_size, cfg.skip, cfg.map_size, *cf)
+                q_rot, k_rot, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *cf)
             sink_pre = sink_pre if cfg.counterfactual_sinks else None
         else:
             self.engine = "python"

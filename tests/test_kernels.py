@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from interp import kernels
 from interp.attention import attention_pattern, expand_kv
+from interp.errors import ShapeError
 
 needs_kernel = pytest.mark.skipif(not kernels.available(), reason="the fused kernel did not build on this machine")
 
@@ -44,8 +45,7 @@ def test_stream_layer_equals_full_patterns(n, kv, group, d, block, window, softc
     q, qp = torch.randn(n, H, d, generator=g) * 3, torch.randn(n, H, d, generator=g) * 3
     k, kp, v = (torch.randn(n, kv, d, generator=g) * 3 for _ in range(3))
     scale, skip, M = d**-0.5, 4, 12
-    got = kernels.stream_layer(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), scale, window, softcap, block, skip, M,
-                               qp.transpose(0, 1), kp.transpose(0, 1))
+    got = kernels.stream_layer(q, k, v, scale, window, softcap, block, skip, M, qp, kp)
     ref = _reference(q, k, v, qp, kp, scale, window, softcap, skip, M)
     for name, a, b in zip(("out", "lag", "sink", "map", "sink_pre"), got, ref):
         torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
@@ -53,7 +53,7 @@ def test_stream_layer_equals_full_patterns(n, kv, group, d, block, window, softc
 
 @needs_kernel
 def test_stream_layer_without_counterfactual_returns_an_empty_sink_pre():
-    q, k = torch.randn(3, 20, 8), torch.randn(1, 20, 8)
+    q, k = torch.randn(20, 3, 8), torch.randn(20, 1, 8)
     *_, sink_pre = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4)
     assert sink_pre.shape == (0, 20)
 
@@ -78,10 +78,10 @@ def test_interp_kernel_0_selects_the_python_path(monkeypatch):
 
 @needs_kernel
 def test_bad_shapes_and_dtypes_are_errors_not_crashes():
-    q, k = torch.randn(4, 10, 8), torch.randn(3, 10, 8)  # 4 query heads cannot share 3 kv heads
-    with pytest.raises(RuntimeError, match="shape mismatch"):
+    q, k = torch.randn(10, 4, 8), torch.randn(10, 3, 8)  # 4 query heads cannot share 3 kv heads
+    with pytest.raises(ShapeError, match="head % kv_head"):
         kernels.stream_layer(q, k, k, 0.3, None, None, 4, 4, 4)
-    k = torch.randn(2, 10, 8)
+    k = torch.randn(10, 2, 8)
     with pytest.raises(RuntimeError, match="float32"):
         kernels.stream_layer(q.double(), k.double(), k.double(), 0.3, None, None, 4, 4, 4)
     with pytest.raises(RuntimeError, match="block must be"):

@@ -11,7 +11,7 @@ When no compiler is available, the build fails, the tensors are not float32 on C
 ``INTERP_KERNEL=0`` is set, ``available()`` is False and the scan uses the Python path (same numbers,
 slower). ``INTERP_KERNEL=1`` turns a failed build into an error instead of a silent fallback.
 
-Leaf module (imports only torch).
+Low-level module: imports only torch and ``interp.attention`` (shape checks).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from interp.attention import check_qk
+from interp.errors import ShapeError
 
 SOURCE = Path(__file__).with_name("stream_attention.cpp")
 _STATE: dict[str, object] = {}
@@ -110,15 +113,24 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     """One layer's exact attention and reductions; call only when ``available()``.
 
     Args:
-        q: ``[head, pos, d_head]`` post-RoPE queries (float32, CPU); k, v: ``[kv_head, pos, d_head]``.
+        q: ``[pos, head, d_head]`` post-RoPE queries (float32, CPU); k, v: ``[pos, kv_head, d_head]``.
         scale: logit scale; window: sliding window (None = full causal); softcap: ``c`` of ``c*tanh(x/c)`` or None.
         block: queries per tile; skip: keys ``0..skip-1`` are left out of the lag sums; map_size: side M of the map.
         q_pre, k_pre: pre-RoPE vectors (same layouts) for the counterfactual weight on key 0, or None.
+
+    Raises:
+        ShapeError: shapes that do not fit the layouts above (``head % kv_head == 0``, equal pos and d_head).
+        RuntimeError: tensors that are not float32 on CPU, ``block < 1``.
 
     Returns:
         ``(out [pos, head, d_head] float32, lag [head, pos] float64 (sum over queries of A[i, i - delta], keys
         >= skip), sink [head, pos] (A[i, 0]), map [head, M, M] float64 (A[:M, :M]), sink_pre [head, pos] or
         [0, pos])``.
     """
-    return torch.ops.interp_kernels.stream_layer(q, k, v, float(scale), int(window or 0), float(softcap or 0.0),
-                                                 int(block), int(skip), int(map_size), q_pre, k_pre)
+    check_qk(q, k)
+    if v.shape != k.shape or (q_pre is None) != (k_pre is None) or (q_pre is not None and (q_pre.shape != q.shape or k_pre.shape != k.shape)):
+        raise ShapeError(f"v must match k {tuple(k.shape)} and q_pre/k_pre must match q/k (or both be None); got v {tuple(v.shape)}, "
+                         f"q_pre {None if q_pre is None else tuple(q_pre.shape)}, k_pre {None if k_pre is None else tuple(k_pre.shape)}")
+    t = lambda x: None if x is None else x.transpose(0, 1)  # noqa: E731  the kernel reads each head's rows contiguously
+    return torch.ops.interp_kernels.stream_layer(t(q), t(k), t(v), float(scale), int(window or 0), float(softcap or 0.0),
+                                                 int(block), int(skip), int(map_size), t(q_pre), t(k_pre))
