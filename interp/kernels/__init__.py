@@ -4,7 +4,7 @@
 sums, weight on key 0, map of the first positions, pre-RoPE counterfactual weight on key 0) in one
 tiled pass; it is an accelerated twin of the Python block path in ``interp.attention`` and the tests
 hold the two to each other. The shared library is built with the system C++ compiler against the
-installed torch into ``~/.cache/interp/kernels/<hash>/`` (about 15 s, once per machine, torch version
+installed torch into ``~/.cache/interp/kernels/<hash>/`` (about 20 s, once per machine, torch version
 and source); later imports load it in milliseconds.
 
 When no compiler is available, the build fails, the tensors are not float32 on CPU, or

@@ -134,7 +134,7 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const T
   const Tensor q = q_in.contiguous();
   const Tensor k_rev = k_in.flip(1).contiguous();  // [kv, pos, d], row m = key N-1-m
   const Tensor v_rev = v_in.flip(1).contiguous();
-  const bool cf = q_pre_in.has_value() && k_pre_in.has_value();
+  const bool cf = q_pre_in.has_value();  // k_pre is present too (checked above)
   Tensor q_pre, k_pre_rev;
   if (cf) {
     q_pre = q_pre_in->contiguous();
