@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 import torch
 from jaxtyping import Bool, Float
 
@@ -102,6 +104,7 @@ def rotate(
     *,
     keep_planes: Bool[torch.Tensor, "freq"] | None = None,
     inverse: bool = False,
+    angles_override: Float[torch.Tensor, "pos freq"] | None = None,
 ) -> Float[torch.Tensor, "pos head d_head"]:
     """Apply RoPE to vectors at arbitrary positions.
 
@@ -112,6 +115,7 @@ def rotate(
         keep_planes: optional ``[freq]`` mask; planes where it is False are left unrotated
             (theta -> 0, channels kept), as in the band ablation of paper 004, Table 5.
         inverse: rotate by ``-angle`` (undo RoPE).
+        angles_override: ``[pos, freq]`` angles to use instead of ``positions * inv_freq`` (variants).
 
     Returns:
         ``[pos, head, d_head]`` rotated vectors, same dtype as ``x``.
@@ -124,7 +128,7 @@ def rotate(
             f"rotate expects x [pos, head, d_head={spec.d_head}] and positions [pos]; got x {tuple(x.shape)}, "
             f"positions {tuple(positions.shape)}"
         )
-    ang = angles(spec, positions.to(x.device))
+    ang = angles(spec, positions.to(x.device)) if angles_override is None else angles_override.to(x.device).float()
     if keep_planes is not None:
         ang = ang * keep_planes.to(ang.device, ang.dtype)[None, :]
     if inverse:
@@ -147,19 +151,103 @@ def plane_norms(x: Float[torch.Tensor, "... d_head"], pairing: str = "rotate_hal
     return torch.sqrt(x[..., ch[:, 0]] ** 2 + x[..., ch[:, 1]] ** 2)
 
 
-def band_planes(n_freq: int, band: str, n_remove: int = 6) -> torch.Tensor:
-    """Planes removed in one band of the ablation of paper 004 (Table 5, Fig. 8).
+BANDS = ("high", "medium", "low")
 
-    Planes are split into high / medium / low thirds (``"high"``, ``"medium"``, ``"low"``); ``n_remove``
-    evenly spaced planes of the band are returned (for 64 planes and ``"high"``: 0, 4, 8, 12, 16, 20,
-    i.e. the paper's l = 1, 5, ..., 21 in 1-based indexing).
+
+def band_planes(n_freq: int, band: str, n_remove: int = 6) -> torch.Tensor:
+    """Planes left unrotated in one band of the frequency ablation (paper 004, Sec. 5, Table 5, Fig. 8).
+
+    The planes ``0..n_freq-1`` (0 = highest frequency) are split into three bands with
+    ``numpy.array_split(arange(n_freq), 3)`` (high, medium, low; the first bands take the remainder),
+    and ``n_remove`` evenly spaced planes of the band are chosen: ``band[linspace(0, len(band) - 1,
+    n_remove).round()]``. For 64 planes: high = 0..21 -> 0, 4, 8, 13, 17, 21. The paper splits 64 planes
+    as l in [1, 21], [22, 42], [43, 64] (1-based) and removes l = 1, 5, ..., 21 from the first; the
+    split here is the project's stated rule (the two differ by at most one plane per band edge).
+
+    Returns:
+        ``[n]`` int64 plane indices (``n = min(n_remove, len(band))``, unique, ascending).
 
     Raises:
-        ValueError: unknown band name.
+        ValueError: unknown band name, or ``n_freq < 3``.
     """
-    bounds = torch.linspace(0, n_freq, 4).round().long().tolist()
-    names = ("high", "medium", "low")
-    if band not in names:
-        raise ValueError(f"unknown band {band!r}; use one of {names}")
-    lo, hi = bounds[names.index(band)], bounds[names.index(band) + 1]
-    return torch.linspace(lo, hi - 1, n_remove).round().long().unique()
+    if band not in BANDS:
+        raise ValueError(f"unknown band {band!r}; use one of {BANDS}")
+    if n_freq < 3:
+        raise ValueError(f"need at least 3 rotation planes to form bands, got {n_freq}")
+    part = np.array_split(np.arange(n_freq), 3)[BANDS.index(band)]
+    idx = np.unique(np.linspace(0, len(part) - 1, n_remove).round().astype(int))
+    return torch.as_tensor(part[idx], dtype=torch.long)
+
+
+# --------------------------------------------------------------------------------------------
+# Variants: changes of the rotation that the counterfactual scan and the causal intervention accept
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RopeVariant:
+    """A change of RoPE, as data. The base class is standard RoPE (the layer's own rotation).
+
+    A variant maps a layer's ``RopeSpec`` and the token positions to the rotation angle of every
+    plane (``angles``) and may rescale the logits (``logit_scale``, e.g. the attention temperature of
+    RoPE-ID). Subclasses override those two methods; everything that rotates (``rotate``, the scan's
+    counterfactual passes, ``interp.intervene``) goes through them, so a new variant works everywhere.
+
+    Attributes:
+        name: label used in tables and state keys (unique within one scan).
+    """
+
+    name: str = "rope"
+
+    def angles(self, spec: RopeSpec, positions: torch.Tensor, tokens: torch.Tensor | None = None) -> Float[torch.Tensor, "pos freq"]:
+        """Rotation angle (radians) of every plane at every position (``tokens`` only for token-aware variants)."""
+        return angles(spec, positions)
+
+    def logit_scale(self, n_pos: int) -> float:
+        """Multiplier on the attention logits for a prompt of ``n_pos`` tokens (1.0: none)."""
+        return 1.0
+
+
+@dataclass(frozen=True)
+class PlaneAblation(RopeVariant):
+    """Leave chosen rotation planes unrotated (theta_l -> 0; channels kept, not zeroed): paper 004, Table 5.
+
+    Attributes:
+        planes: plane indices (``freq`` axis, 0 = highest frequency) left unrotated, in every layer.
+    """
+
+    planes: tuple[int, ...] = ()
+
+    def angles(self, spec, positions, tokens=None):
+        ang = angles(spec, positions)
+        keep = torch.ones(ang.shape[-1], dtype=ang.dtype, device=ang.device)
+        if self.planes:
+            if max(self.planes) >= ang.shape[-1] or min(self.planes) < 0:
+                raise ValueError(f"{self.name}: planes must lie in 0..{ang.shape[-1] - 1}, got {list(self.planes)}")
+            keep[list(self.planes)] = 0.0
+        return ang * keep
+
+
+def band_ablation(n_freq: int, band: str, n_remove: int = 6) -> PlaneAblation:
+    """The ``PlaneAblation`` of one band (``band_planes``), named ``wo_<band>``."""
+    return PlaneAblation(f"wo_{band}", tuple(band_planes(n_freq, band, n_remove).tolist()))
+
+
+def band_ablations(n_freq: int, n_remove: int = 6) -> tuple[PlaneAblation, ...]:
+    """The three band ablations of paper 004 Table 5: ``wo_high``, ``wo_medium``, ``wo_low``."""
+    return tuple(band_ablation(n_freq, b, n_remove) for b in BANDS)
+
+
+def rotate_variant(
+    x: Float[torch.Tensor, "pos head d_head"],
+    positions: torch.Tensor,
+    spec: RopeSpec,
+    variant: RopeVariant,
+    tokens: torch.Tensor | None = None,
+) -> Float[torch.Tensor, "pos head d_head"]:
+    """Rotate pre-RoPE vectors with a variant's angles (``rotate`` with ``variant.angles``).
+
+    Raises:
+        ShapeError: as ``rotate``.
+    """
+    return rotate(x, positions, spec, angles_override=variant.angles(spec, positions.to(x.device), tokens))

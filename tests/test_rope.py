@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interp.capture import capture
-from interp.rope import RopeSpec, band_planes, default_inv_freq, plane_channels, plane_norms, rope_specs, rotate
+from interp.rope import (PlaneAblation, RopeSpec, RopeVariant, band_ablations, band_planes, default_inv_freq, plane_channels,
+                         plane_norms, rope_specs, rotate, rotate_variant)
 from tests.conftest import random_tokens
 
 
@@ -74,10 +75,28 @@ def test_inverse_and_plane_norms_and_ablation():
     torch.testing.assert_close(z[..., other], x[..., other])
 
 
-def test_band_planes_match_paper_004_table_5():
-    assert band_planes(64, "high").tolist() == [0, 4, 8, 12, 16, 20]  # the paper's l = 1, 5, ..., 21
-    assert all(21 <= p <= 42 for p in band_planes(64, "medium").tolist())
-    assert all(p >= 43 for p in band_planes(64, "low").tolist())
+def test_band_planes_follow_the_stated_rule():
+    """Bands from numpy.array_split, six planes at band[linspace(0, len-1, 6).round()] (issue 7, item 2)."""
+    assert band_planes(64, "high").tolist() == [0, 4, 8, 13, 17, 21]  # high = 0..21
+    assert band_planes(64, "medium").tolist() == [22, 26, 30, 34, 38, 42]  # medium = 22..42
+    assert band_planes(64, "low").tolist() == [43, 47, 51, 55, 59, 63]  # low = 43..63
+    assert band_planes(32, "high").tolist() == [0, 2, 4, 6, 8, 10]
+    with pytest.raises(ValueError, match="band"):
+        band_planes(64, "ultra")
+
+
+def test_plane_ablation_variant_equals_keep_mask():
+    spec = RopeSpec(default_inv_freq(1e4, 16))
+    x = torch.randn(12, 2, 16, dtype=torch.float64)
+    pos = torch.arange(12) * 5
+    v = band_ablations(8)[0]
+    assert v.name == "wo_high" and v.planes == tuple(band_planes(8, "high").tolist())
+    keep = torch.ones(8, dtype=torch.bool)
+    keep[list(v.planes)] = False
+    torch.testing.assert_close(rotate_variant(x, pos, spec, v), rotate(x, pos, spec, keep_planes=keep))
+    torch.testing.assert_close(rotate_variant(x, pos, spec, RopeVariant()), rotate(x, pos, spec))
+    with pytest.raises(ValueError, match="planes must lie"):
+        rotate_variant(x, pos, spec, PlaneAblation("bad", (8,)))
 
 
 def test_rotate_rejects_wrong_shape():
