@@ -37,6 +37,15 @@ def _top_sdh(heads, n: int) -> None:
           ["layer", "head", "slash_delta", "slash_score", "r1_q", "r1_k", "sink_weight", "ood_ratio"], n)
 
 
+def _long_summary(heads, cfg) -> None:
+    if heads["long_any_slash_score"].isna().all():
+        return
+    n = int(heads["is_sdh_long"].sum())
+    rep = int(((heads["long_any_slash_score"] >= cfg.kappa_long) & (heads["long_any_prompt_frac"] < cfg.long_min_frac - 1e-12)).sum())
+    console.print(f"long range: {n} heads have a lag that holds in >= {cfg.long_min_frac:.0%} of prompts (is_sdh_long); "
+                  f"{rep} heads' best long lag holds in fewer (content repeats, see content_repeats.csv)")
+
+
 @app.command()
 def models() -> None:
     """List the model zoo, whether each model is installed, and how to install it."""
@@ -72,6 +81,7 @@ def scan(
     ood: bool = typer.Option(False, "--ood", help="also scan random-token prompts and report OOD ratios"),
     shard: Optional[str] = typer.Option(None, help="I/N: scan only prompts i with i % N == I and write raw state"),
     block_size: int = typer.Option(32, help="queries per attention block"),
+    long_min_frac: float = typer.Option(2 / 3, help="a long lag is an SDH only if it holds in at least this fraction of prompts"),
     counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
                                         help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
     device: Optional[str] = typer.Option(None, help="cpu | cuda (default: cuda if available)"),
@@ -87,14 +97,15 @@ def scan(
     try:
         with console.status(f"loading {model}"):
             m = load_model(model, device=device)
-        cfg = ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual)
+        cfg = ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, long_min_frac=long_min_frac)  # checks ranges
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)[i::n]
+        ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
         meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
-        result = run_scan(m, p, cfg, progress=True, meta=meta)
+        result = run_scan(m, p, cfg, progress=True, meta=meta, prompt_ids=ids)
         ood_result = None
         if ood:
             r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
-            ood_result = run_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"})
+            ood_result = run_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"}, prompt_ids=ids)
     except InterpError as err:
         _fail(err)
     if n > 1:
@@ -105,6 +116,7 @@ def scan(
         return
     heads = write_outputs(result, out, ood_result)
     _top_sdh(heads, top)
+    _long_summary(heads, cfg)
     console.print(f"{m.card.name}: {len(p)} prompts x {tokens} tokens in {result.meta['seconds']:.1f} s; "
                   f"wrote {out}/heads.csv and {out}/report.html")
 
@@ -124,6 +136,7 @@ def merge(dirs: List[Path] = typer.Argument(..., help="shard folders written by 
         _fail(err)
     heads = write_outputs(result, out, ood)
     _top_sdh(heads, 15)
+    _long_summary(heads, result.config)
     console.print(f"merged {len(dirs)} shards ({result.meta['prompts']} prompts) into {out}")
 
 

@@ -26,3 +26,7 @@ class PromptError(InterpError, ValueError):
 
 class ShapeError(InterpError, ValueError):
     """A tensor whose shape does not match the documented layout."""
+
+
+class ConfigError(InterpError, ValueError):
+    """A setting outside its valid range."""

@@ -34,6 +34,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from interp import kernels
 from interp.attention import attention_blocks, key_weight, lag_sums
 from interp.capture import as_tokens
+from interp.errors import ConfigError
 from interp.models import LoadedModel, ModelCard, attention_modules
 from interp.stats import State, cone, maps, norms, slash, sinks, spectrum
 
@@ -53,6 +54,9 @@ class ScanConfig:
             ``A[i, i - delta]`` (paper 004 used 6000-token prompts and delta <= 5000: >= ~1000); lags
             near the prompt length rest on a handful of entries next to the sink positions.
         kappa_long: SDH threshold for long lags (1e-3).
+        long_min_frac: a long lag is slash-dominant only if it is so in at least this fraction of the
+            prompts that reach it (default 2/3; see ``interp.stats.slash``: one prompt's repeated passage
+            must not make a long-range SDH).
         skip: positions excluded from slash scores (0..3).
         sink_eps: importance threshold of a sink head (Gu et al.: 0.3).
         map_size: side of the stored average attention map of the first positions.
@@ -66,11 +70,18 @@ class ScanConfig:
     long_lags: tuple[int, int] = (500, 5000)
     long_min_entries: int = 1000
     kappa_long: float = 1e-3
+    long_min_frac: float = 2 / 3
     skip: int = slash.SKIP
     sink_eps: float = sinks.SINK_EPS
     map_size: int = 64
     counterfactual_sinks: bool = True
     tau: float = 0.95
+
+    def __post_init__(self):
+        if not 0 < self.long_min_frac <= 1:
+            raise ConfigError(f"long_min_frac must lie in (0, 1], got {self.long_min_frac:g} (e.g. 2/3: a long lag must hold in 2 of 3 prompts)")
+        if self.block_size < 1:
+            raise ConfigError(f"block_size must be >= 1, got {self.block_size}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,6 +119,7 @@ def new_state(card: ModelCard, n_pos: int, cfg: ScanConfig) -> State:
         prompts=z(1),
         slash_mean_sum=z(L, H, n_pos),
         slash_prompts=z(n_pos),
+        slash_sq_sum=z(L, H, n_pos), long_hits=z(L, H, n_pos), long_hit_score=z(L, H, n_pos), long_hit_prompt=z(L, H, n_pos),
         gram_q_pre=z(L, H, D, D), gram_q_rot=z(L, H, D, D),
         gram_k_pre=z(L, K, D, D), gram_k_rot=z(L, K, D, D),
         norm_q=z(L, 3, H), norm_k=z(L, 3, K),
@@ -130,6 +142,7 @@ class _Collector:
         self.card, self.cfg, self.state = card, cfg, state
         self.pre: dict[tuple[int, str], torch.Tensor] = {}
         self.engine = "none"  # which attention path ran last: "fused-cpu" or "python"
+        self.prompt_id = 0  # global index of the prompt being scanned (recorded with long-range hits)
 
     def attend(self, layer, q_rot, k_rot, v, scale, window, softcap):
         """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``.
@@ -151,8 +164,9 @@ class _Collector:
             out, lag, sink, amap = self._blocks(q_rot, k_rot, v, scale, window, softcap)
             sink_pre = key_weight(q_pre, k_pre, scale, window, softcap, cfg.block_size, key=0) if cfg.counterfactual_sinks else None
         st.add("map_sum", layer, amap)
-        part = slash.prompt_slash(lag, N, cfg.skip)
-        st.add("slash_mean_sum", (layer, slice(None), slice(0, N)), part["slash_mean_sum"])
+        part = slash.prompt_slash(lag, N, cfg.skip, cfg.kappa_long, self.prompt_id)
+        for name in ("slash_mean_sum", "slash_sq_sum", "long_hits", "long_hit_score", "long_hit_prompt"):
+            st.add(name, (layer, slice(None), slice(0, N)), part[name])
         if layer == 0:
             st.add("slash_prompts", slice(0, N), part["slash_prompts"])
             st.add("prompts", 0, torch.ones(()))
@@ -300,6 +314,7 @@ def scan(
     *,
     progress: bool = False,
     meta: dict | None = None,
+    prompt_ids: Sequence[int] | None = None,
 ) -> ScanResult:
     """Run every prompt once and accumulate all per-head measurements.
 
@@ -309,6 +324,8 @@ def scan(
         config: settings; default ``ScanConfig()``.
         progress: show a tqdm progress bar (one step per prompt).
         meta: extra entries for ``ScanResult.meta`` (corpus name, seed...).
+        prompt_ids: global index of each prompt (default ``0..len-1``; shards pass their indices in the
+            whole corpus so that merged results name the prompt of a content repeat).
 
     Returns:
         ScanResult; ``.heads`` is the per-head table.
@@ -328,11 +345,15 @@ def scan(
     t0 = time.perf_counter()
     with torch.inference_mode(), _streaming(model, collector):
         desc = f"scan {model.card.name}" + (f" ({meta['corpus']})" if meta and "corpus" in meta else "")
-        for t in tqdm(toks, desc=desc, unit="prompt", disable=not progress):
+        ids = list(prompt_ids) if prompt_ids is not None else list(range(len(toks)))
+        if len(ids) != len(toks):
+            raise ValueError(f"prompt_ids has {len(ids)} entries for {len(toks)} prompts")
+        for pid, t in zip(ids, tqdm(toks, desc=desc, unit="prompt", disable=not progress)):
+            collector.prompt_id = pid
             # the decoder stack only: the scan reads attention, so the LM head (N x vocab logits) is skipped
             model.hf.base_model(t[None].to(model.device), use_cache=False)
     info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
-            "engine": collector.engine,
+            "engine": collector.engine, "prompt_ids": [int(i) for i in ids],
             "sample_tokens": [model.tokenizer.decode([int(i)]) for i in toks[0][: cfg.map_size]]}
     return ScanResult(model.card, cfg, state, {**info, **(meta or {})})
 
@@ -354,6 +375,7 @@ def merge_results(results: Sequence[ScanResult]) -> ScanResult:
         state = state + r.state
     meta = {"prompts": sum(r.meta.get("prompts", 0) for r in results),
             "tokens": [n for r in results for n in r.meta.get("tokens", [])],
+            "prompt_ids": [i for r in results for i in r.meta.get("prompt_ids", [])],
             "merged_from": len(results)}
     meta.update({k: v for k, v in first.meta.items() if k not in meta and k != "seconds"})
     return ScanResult(first.card, first.config, state, meta)
@@ -364,7 +386,10 @@ def head_table(result: ScanResult) -> pd.DataFrame:
 
     ``layer, head, kv_head``; ``slash_d0..`` (average slash score per short lag), ``slash_score``,
     ``slash_delta``, ``is_sdh`` (short range, kappa); ``long_slash_score``, ``long_slash_delta``,
-    ``is_sdh_long`` (long range, kappa_long; NaN if prompts are too short); ``r1_q``, ``R95_q``,
+    ``long_slash_prompt_frac``, ``is_sdh_long`` (long range, kappa_long, lags that hold in at least
+    ``long_min_frac`` of the prompts; NaN if prompts are too short or no lag is consistent) and
+    ``long_any_slash_score``, ``long_any_slash_delta``, ``long_any_prompt_frac`` (best long lag of the mean
+    score without the consistency rule; see ``interp.stats.slash.consistent_long_columns``); ``r1_q``, ``R95_q``,
     ``r1_k``, ``R95_k`` (pre-RoPE); ``srank_q_pre``, ``srank_q_rot``, ``srank_k_pre``, ``srank_k_rot``;
     ``fsv_ratio_q``, ``fsv_ratio_k``, ``fsv_lemma1_q``, ``fsv_lemma1_k``; ``norm_rv_q``, ``norm_rv_k``;
     ``key0_norm_ratio``; ``sink_weight``, ``sink_weight_norope``, ``has_sink``; ``cos_qq_pre``,
@@ -385,8 +410,7 @@ def head_table(result: ScanResult) -> pd.DataFrame:
         cols[f"slash_d{d}"] = scores[..., d] if d < n else torch.full((L, H), torch.nan)
     short = range(min(cfg.short_lags), max(cfg.short_lags) + 1)
     cols.update(slash.sdh_columns(scores, short, cfg.kappa, "slash_", "is_sdh"))
-    long = result.long_lag_range()
-    cols.update(slash.sdh_columns(scores, long, cfg.kappa_long, "long_slash_", "is_sdh_long"))
+    cols.update(slash.consistent_long_columns(st, result.long_lag_range(), cfg.kappa_long, cfg.long_min_frac))
     for name, key, expand in (("q", "q", False), ("k", "k", True)):
         pre = spectrum.spectrum_metrics(st[f"gram_{key}_pre"], cfg.tau)
         rot = spectrum.spectrum_metrics(st[f"gram_{key}_rot"], cfg.tau)
@@ -417,8 +441,10 @@ def head_table(result: ScanResult) -> pd.DataFrame:
 
 
 def add_ood(heads: pd.DataFrame, ood: ScanResult) -> pd.DataFrame:
-    """Add ``ood_slash_score`` (random-token score at each head's ``slash_delta``) and
-    ``ood_ratio`` = OOD score / text score (paper 004, Sec. 3.1, Fig. 3b and Table 3).
+    """Add ``ood_slash_score`` (random-token score at each head's ``slash_delta``),
+    ``ood_ratio`` = OOD score / text score (paper 004, Sec. 3.1, Fig. 3b and Table 3), and
+    ``long_ood_slash_score`` (random-token score at ``long_slash_delta``; 004 Table 6; NaN where the head
+    has no consistent long lag or the OOD prompts are shorter).
 
     Raises:
         ValueError: the OOD scan is of another model.
@@ -431,4 +457,9 @@ def add_ood(heads: pd.DataFrame, ood: ScanResult) -> pd.DataFrame:
     out = heads.copy()
     out["ood_slash_score"] = val
     out["ood_ratio"] = val / out["slash_score"]
+    if "long_slash_delta" in out:  # random-token score at each head's consistent long lag (004 Table 6)
+        dl = out["long_slash_delta"].to_numpy()
+        ok = ~np.isnan(dl) & (np.nan_to_num(dl, nan=0) < scores.shape[-1])
+        idx = np.where(ok, np.nan_to_num(dl, nan=0), 0).astype(int)
+        out["long_ood_slash_score"] = np.where(ok, scores[heads["layer"].to_numpy(), heads["head"].to_numpy(), idx], np.nan)
     return out

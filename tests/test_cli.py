@@ -36,3 +36,8 @@ def test_shards_then_merge_equal_one_pass(tmp_path):
     a, b = pd.read_csv(tmp_path / "all" / "heads.csv"), pd.read_csv(tmp_path / "m" / "heads.csv")
     pd.testing.assert_frame_equal(a, b, atol=1e-6)
     assert runner.invoke(app, ["scan", "tiny-qwen2", "--shard", "2/2"]).exit_code == 2
+
+
+def test_bad_long_min_frac_is_one_line(tmp_path):
+    res = runner.invoke(app, ["scan", "tiny-llama", "--prompts", "1", "--tokens", "32", "--long-min-frac", "1.5", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "long_min_frac must lie in (0, 1]" in res.output and "Traceback" not in res.output

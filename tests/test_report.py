@@ -39,3 +39,21 @@ def test_sdh_table_sorted_and_complete(result):
     page = render(result)
     body = page.split('<table class="tbl sdh">')[1].split("</table>")[0]
     assert body.count("<tr>") == len(table) + 1  # header + one row per SDH
+
+
+def test_long_range_section_puts_consistent_heads_first_and_marks_content_repeats():
+    """Issue 13: the synthetic repeat (one prompt) is listed as a content repeat naming prompt 2; the positional
+    slash leads the consistent table."""
+    from tests.stats.test_long_range import LAG_POS, LAG_REPEAT, _result
+
+    res = _result([0, 1, 2])
+    res.meta["sample_tokens"] = []
+    page = render(res)
+    head = page.split("Long-range slash-dominant heads")[1]
+    assert "1 hold in at least 67% of the 3 prompts" in head
+    consistent, repeats = head.split("Content repeats")
+    first_row = consistent.split("<tbody>")[1].split("</tr>")[0]
+    assert [c for c in re.findall(r"<td>([^<]*)</td>", first_row)][:2] == ["0", "1"] and f"<td>{LAG_POS}</td>" in first_row
+    rep_row = repeats.split("<tbody>")[1].split("</tr>")[0]
+    cells = re.findall(r"<td>([^<]*)</td>", rep_row)
+    assert cells[:3] == ["0", "0", str(LAG_REPEAT)] and cells[4:7] == ["1", "3", "2"]  # 1 of 3 prompts: prompt 2

@@ -80,7 +80,7 @@ def test_shards_merge_to_a_single_pass(tiny_llama, tmp_path):
     prompts = [random_tokens(n, seed=n) for n in (30, 45, 38, 52)]  # different lengths too
     cfg = ScanConfig(block_size=16, map_size=8)
     whole = scan(tiny_llama, prompts, cfg)
-    parts = [scan(tiny_llama, prompts[i::2], cfg) for i in range(2)]
+    parts = [scan(tiny_llama, prompts[i::2], cfg, prompt_ids=range(i, 4, 2)) for i in range(2)]  # global ids
     for i, p in enumerate(parts):
         p.save(tmp_path / str(i))
     merged = merge_results([ScanResult.load(tmp_path / str(i)) for i in range(2)])

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from interp.report import figures
+from interp.report.tables import content_repeats
 from interp.scan import ScanResult
 
 SDH_COLUMNS = ["layer", "head", "kv_head", "slash_score", "slash_delta", "r1_q", "r1_k", "R95_q", "R95_k", "sink_weight", "ood_ratio"]
@@ -133,6 +134,41 @@ h1{font-size:1.6em} h2{margin-top:1.6em;border-bottom:1px solid #ddd}
 """
 
 
+LONG_COLUMNS = ["layer", "head", "long_slash_score", "long_slash_delta", "long_slash_prompt_frac", "long_ood_slash_score"]
+
+
+def _long_range_section(result: ScanResult, heads: pd.DataFrame, top: int = 5) -> list[str]:
+    """Long-range SDHs that hold across prompts first, then the lags that hold in too few prompts (content repeats)."""
+    lags = result.long_lag_range()
+    if not lags or "long_any_slash_score" not in heads or heads["long_any_slash_score"].isna().all():
+        return []
+    cfg = result.config
+    P = int(result.state["prompts"][0])
+    consistent = heads[heads["is_sdh_long"]].sort_values("long_slash_score", ascending=False)
+    repeats = content_repeats(result, heads)
+    shown = consistent.head(top)
+    sc = result.scores.float().cpu().numpy()
+    d = np.arange(lags.start, lags.stop)
+    rows = list(shown.itertuples()) + [r for r in repeats.head(2).itertuples()]
+    names = [f"L{r.layer}H{r.head}" for r in shown.itertuples()] + [f"L{r.layer}H{r.head} (content repeat)" for r in repeats.head(2).itertuples()]
+    parts = [f"<h2>Long-range slash-dominant heads (lags {lags.start}..{lags.stop - 1}, kappa = {cfg.kappa_long:g}): "
+             f"{len(consistent)} hold in at least {cfg.long_min_frac:.0%} of the {P} prompts</h2>",
+             f'<p class="note">A long lag counts only when the head is slash-dominant there in at least {cfg.long_min_frac:.0%} of the '
+             "prompts; a lag that holds in fewer is a passage repeated within a prompt and copied by content, not a positional "
+             f"slash (paper 004, App. C and Table 6). Lags with at least {cfg.long_min_entries} entries per prompt.</p>"]
+    if rows:
+        fig = figures.slash_spectrum(d, np.stack([sc[r.layer, r.head, d] for r in rows]), names, cfg.kappa_long)
+        parts.append(_figure(fig, "long-slash"))
+    parts.append(_table(shown[[c for c in LONG_COLUMNS if c in shown]]) if len(shown) else
+                 '<p class="note">No head has a long lag that holds across prompts.</p>')
+    if len(repeats):
+        parts += [f"<h3>Content repeats: {len(repeats)} heads whose best long lag holds in fewer than {cfg.long_min_frac:.0%} of the prompts</h3>",
+                  '<p class="note">prompt: the index of the only prompt where the lag is slash-dominant (-1: more than one); '
+                  "prompt_score: that prompt's own score.</p>",
+                  '<div class="scroll">' + _table(repeats) + "</div>"]
+    return parts
+
+
 def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6) -> str:
     """The report as an HTML string (see module docstring)."""
     heads = result.heads if heads is None else heads
@@ -152,19 +188,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
     parts += ['<h2 id="picker">Any head: average attention map and slash spectrum</h2>',
               '<select id="pick-layer"></select> <select id="pick-head"></select>',
               '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div>']
-    if "long_slash_score" in heads and heads["long_slash_score"].notna().any():
-        long_top = heads.sort_values("long_slash_score", ascending=False).head(5)
-        lags = result.long_lag_range()
-        lo, hi = lags.start, lags.stop - 1
-        sc = result.scores.float().cpu().numpy()
-        d = np.arange(lags.start, lags.stop)
-        fig = figures.slash_spectrum(d, np.stack([sc[r.layer, r.head, d] for r in long_top.itertuples()]),
-                                     [f"L{r.layer}H{r.head}" for r in long_top.itertuples()], result.config.kappa_long)
-        n_long = int(heads["is_sdh_long"].sum())
-        parts += [f"<h2>Long-range slash spectra (lags {lo}..{hi}, kappa = {result.config.kappa_long:g}): {n_long} long-range SDHs</h2>",
-                  f'<p class="note">Lags with at least {result.config.long_min_entries} entries per prompt (paper 004, App. C).</p>',
-                  _figure(fig, "long-slash"),
-                  _table(long_top[["layer", "head", "long_slash_score", "long_slash_delta", "is_sdh_long"]])]
+    parts += _long_range_section(result, heads)
     if heads["sink_weight_norope"].notna().any():
         rate = heads["has_sink"].mean()
         parts += [f"<h2>Sinks: sink rate {rate:.1%} (heads with importance of token 0 &gt; {result.config.sink_eps:g})</h2>",
