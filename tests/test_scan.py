@@ -111,6 +111,8 @@ def test_long_range_lags_and_ood_ratio(tiny_llama):
     assert (h["is_sdh_long"] == (h["long_slash_score"] >= 1e-3)).all()
     r = h.iloc[0]
     assert r.ood_ratio == pytest.approx(ood.scores[0, 0, int(r.slash_delta)].item() / r.slash_score)
+    for r in h[h["long_slash_delta"].notna()].itertuples():  # 004 Table 6: OOD score at the consistent long lag
+        assert r.long_ood_slash_score == pytest.approx(ood.scores[r.layer, r.head, int(r.long_slash_delta)].item())
 
 
 def test_slash_table_is_tidy(tiny_llama):
