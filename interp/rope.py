@@ -12,7 +12,7 @@ Leaf module: imports nothing from interp but errors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -236,6 +236,32 @@ def band_ablation(n_freq: int, band: str, n_remove: int = 6) -> PlaneAblation:
 def band_ablations(n_freq: int, n_remove: int = 6) -> tuple[PlaneAblation, ...]:
     """The three band ablations of paper 004 Table 5: ``wo_high``, ``wo_medium``, ``wo_low``."""
     return tuple(band_ablation(n_freq, b, n_remove) for b in BANDS)
+
+
+def variant_to_dict(variant: RopeVariant) -> dict:
+    """``{"type": class name, field: value...}``: a variant as JSON-ready data (saved with a scan)."""
+    return {"type": type(variant).__name__, **{f.name: getattr(variant, f.name) for f in fields(variant)}}
+
+
+def _variant_classes(cls=RopeVariant) -> dict[str, type]:
+    out = {cls.__name__: cls}
+    for sub in cls.__subclasses__():
+        out.update(_variant_classes(sub))
+    return out
+
+
+def variant_from_dict(d: dict) -> RopeVariant:
+    """Inverse of ``variant_to_dict`` (lists become tuples, so frozen variants stay hashable).
+
+    Raises:
+        ValueError: an unknown variant type (the message lists the known ones).
+    """
+    known = _variant_classes()
+    d = dict(d)
+    kind = d.pop("type", "RopeVariant")
+    if kind not in known:
+        raise ValueError(f"unknown RoPE variant type {kind!r}; known: {sorted(known)}")
+    return known[kind](**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 def rotate_variant(

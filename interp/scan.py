@@ -20,7 +20,7 @@ import contextvars
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -36,6 +36,7 @@ from interp.attention import attention_blocks, key_weight, lag_sums
 from interp.capture import as_tokens
 from interp.errors import ConfigError
 from interp.models import LoadedModel, ModelCard, attention_modules
+from interp.rope import RopeSpec, RopeVariant, rope_specs, rotate_variant, variant_from_dict, variant_to_dict
 from interp.stats import State, cone, maps, norms, slash, sinks, spectrum
 
 ATTN_NAME = "interp_stream"
@@ -62,6 +63,11 @@ class ScanConfig:
         map_size: side of the stored average attention map of the first positions.
         counterfactual_sinks: also compute the pre-RoPE sink weight (one more QK^T per layer).
         tau: cumulative energy for R_tau (0.95).
+        variants: counterfactual RoPE variants (``interp.rope.RopeVariant``, e.g. the band ablations of
+            ``interp.rope.band_ablations``): for each, every layer's attention is recomputed from the captured
+            pre-RoPE q/k rotated by the variant (same scale times ``variant.logit_scale``, masks, soft-cap
+            and GQA mapping), exactly and block-wise like the model's own, and reduced into per-lag sums
+            and the weight on token 0. The model's forward is not changed. Names must be unique.
     """
 
     block_size: int = 32
@@ -76,12 +82,34 @@ class ScanConfig:
     map_size: int = 64
     counterfactual_sinks: bool = True
     tau: float = 0.95
+    variants: tuple[RopeVariant, ...] = ()
 
     def __post_init__(self):
         if not 0 < self.long_min_frac <= 1:
             raise ConfigError(f"long_min_frac must lie in (0, 1], got {self.long_min_frac:g} (e.g. 2/3: a long lag must hold in 2 of 3 prompts)")
         if self.block_size < 1:
             raise ConfigError(f"block_size must be >= 1, got {self.block_size}")
+        self.variants = tuple(v if isinstance(v, RopeVariant) else variant_from_dict(v) for v in self.variants)
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"counterfactual variants need unique names, got {names}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready settings (variants as ``{"type": ..., fields...}``)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["variants"] = [variant_to_dict(v) for v in self.variants]
+        return d
+
+    def variant_index(self, name: str) -> int:
+        """Position of a counterfactual variant in the state's ``variant`` axis.
+
+        Raises:
+            KeyError: no variant of that name was scanned (the message lists those that were).
+        """
+        names = [v.name for v in self.variants]
+        if name not in names:
+            raise KeyError(f"no counterfactual variant {name!r} in this scan; it has {names or 'none'} (set ScanConfig.variants)")
+        return names.index(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,6 +155,7 @@ def new_state(card: ModelCard, n_pos: int, cfg: ScanConfig) -> State:
         sink_rope=z(L, H), sink_norope=z(L, H),
         cone_pre=z(L, 4, H), cone_rot=z(L, 4, H),
         map_sum=z(L, H, cfg.map_size, cfg.map_size),
+        variant_slash_mean_sum=z(len(cfg.variants), L, H, n_pos), variant_sink=z(len(cfg.variants), L, H),
     )
 
 
@@ -138,8 +167,12 @@ def use_kernel(q: torch.Tensor) -> bool:
 class _Collector:
     """Receives each layer's q/k/v during one prompt's forward and adds its reductions to ``state``."""
 
-    def __init__(self, card: ModelCard, cfg: ScanConfig, state: State):
+    def __init__(self, card: ModelCard, cfg: ScanConfig, state: State, specs: list[RopeSpec] | None = None):
         self.card, self.cfg, self.state = card, cfg, state
+        self.specs = specs  # per-layer RoPE, needed by the counterfactual variants
+        if cfg.variants and specs is None:
+            raise ValueError("counterfactual variants need the model's per-layer RoPE specs")
+        self.tokens: torch.Tensor | None = None  # the prompt being scanned (token-aware variants read it)
         self.pre: dict[tuple[int, str], torch.Tensor] = {}
         self.engine = "none"  # which attention path ran last: "fused-cpu" or "python"
         self.prompt_id = 0  # global index of the prompt being scanned (recorded with long-range hits)
@@ -153,16 +186,8 @@ class _Collector:
         cfg, st = self.cfg, self.state
         N = q_rot.shape[0]
         q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
-        if use_kernel(q_rot):
-            self.engine = "fused-cpu"
-            cf = (q_pre, k_pre) if cfg.counterfactual_sinks else (None, None)
-            out, lag, sink, amap, sink_pre = kernels.stream_layer(
-                q_rot, k_rot, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *cf)
-            sink_pre = sink_pre if cfg.counterfactual_sinks else None
-        else:
-            self.engine = "python"
-            out, lag, sink, amap = self._blocks(q_rot, k_rot, v, scale, window, softcap)
-            sink_pre = key_weight(q_pre, k_pre, scale, window, softcap, cfg.block_size, key=0) if cfg.counterfactual_sinks else None
+        out, lag, sink, amap, sink_pre = self._attention(q_rot, k_rot, v, scale, window, softcap,
+                                                         (q_pre, k_pre) if cfg.counterfactual_sinks else None)
         st.add("map_sum", layer, amap)
         part = slash.prompt_slash(lag, N, cfg.skip, cfg.kappa_long, self.prompt_id)
         for name in ("slash_mean_sum", "slash_sq_sum", "long_hits", "long_hit_score", "long_hit_prompt"):
@@ -174,18 +199,51 @@ class _Collector:
         if sink_pre is not None:
             st.add("sink_norope", layer, sink_pre.double().mean(-1))
         self._token_stats(layer, q_pre, k_pre, q_rot, k_rot)
+        self._variants(layer, q_pre, k_pre, scale, window, softcap)
         return out
 
+    def _attention(self, q, k, v, scale, window, softcap, pre):
+        """Exact attention of one layer and its reductions, on the fused kernel when it applies, else in Python.
+
+        Returns ``(out [pos, head, d_head] (empty when v is None), lag [head, pos], sink [head, pos], map [head, M, M],
+        sink_pre [head, pos] or None)``; ``pre = (q_pre, k_pre)`` adds the pre-RoPE counterfactual weight on key 0.
+        """
+        cfg = self.cfg
+        if use_kernel(q):
+            self.engine = "fused-cpu"
+            out, lag, sink, amap, sink_pre = kernels.stream_layer(
+                q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)))
+            return out, lag, sink, amap, sink_pre if pre is not None else None
+        self.engine = "python"
+        out, lag, sink, amap = self._blocks(q, k, v, scale, window, softcap)
+        sink_pre = key_weight(*pre, scale, window, softcap, cfg.block_size, key=0) if pre is not None else None
+        return out, lag, sink, amap, sink_pre
+
+    def _variants(self, layer, q_pre, k_pre, scale, window, softcap):
+        """Counterfactual passes: attention with each variant's rotation of the pre-RoPE q/k (no P @ V)."""
+        if not self.cfg.variants:
+            return
+        N = q_pre.shape[0]
+        pos = torch.arange(N, device=q_pre.device)
+        spec = self.specs[layer]
+        for i, var in enumerate(self.cfg.variants):
+            q = rotate_variant(q_pre, pos, spec, var, self.tokens)
+            k = rotate_variant(k_pre, pos, spec, var, self.tokens)
+            _, lag, sink, _, _ = self._attention(q, k, None, scale * var.logit_scale(N), window, softcap, None)
+            part = slash.prompt_slash(lag, N, self.cfg.skip)
+            self.state.add("variant_slash_mean_sum", (i, layer, slice(None), slice(0, N)), part["slash_mean_sum"])
+            self.state.add("variant_sink", (i, layer), sink.double().mean(-1))
+
     def _blocks(self, q_rot, k_rot, v, scale, window, softcap):
-        """Python block path: ``(out [pos, head, d_head], lag [head, pos], sink [head, pos], map [head, M, M])``."""
+        """Python block path: ``(out [pos, head, d_head] (empty without v), lag [head, pos], sink [head, pos], map [head, M, M])``."""
         cfg, H, M = self.cfg, self.card.n_heads, self.cfg.map_size
         N = q_rot.shape[0]
-        out = torch.empty_like(q_rot)
+        out = torch.empty_like(q_rot) if v is not None else q_rot.new_empty(0, H, q_rot.shape[-1])
         # float32 within one prompt (at most pos / block_size additions per entry), float64 across prompts
         lag = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
         sink = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
         amap = torch.zeros(H, M, M, dtype=torch.float64, device=q_rot.device)
-        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out):
+        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out if v is not None else None):
             sink[:, blk.i0 : blk.i1] = blk.key_column(0)
             m = maps.block_map(blk, M)
             if m is not None:
@@ -288,7 +346,7 @@ class ScanResult:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         self.state.save(d / "state.pt")
-        (d / "scan.json").write_text(json.dumps({"card": self.card.to_dict(), "config": asdict(self.config), "meta": self.meta}, indent=1))
+        (d / "scan.json").write_text(json.dumps({"card": self.card.to_dict(), "config": self.config.to_dict(), "meta": self.meta}, indent=1))
         return d
 
     @classmethod
@@ -339,7 +397,7 @@ def scan(
     toks = [as_tokens(model, p) for p in prompts]
     n_max = max(t.numel() for t in toks)
     state = new_state(model.card, n_max, cfg)
-    collector = _Collector(model.card, cfg, state)
+    collector = _Collector(model.card, cfg, state, rope_specs(model.hf) if cfg.variants else None)
     if torch.device(model.device).type == "cpu":
         kernels.available()  # the one-time build (~20 s) happens here, outside the timing in meta["seconds"]
     t0 = time.perf_counter()
@@ -349,7 +407,7 @@ def scan(
         if len(ids) != len(toks):
             raise ValueError(f"prompt_ids has {len(ids)} entries for {len(toks)} prompts")
         for pid, t in zip(ids, tqdm(toks, desc=desc, unit="prompt", disable=not progress)):
-            collector.prompt_id = pid
+            collector.prompt_id, collector.tokens = pid, t
             # the decoder stack only: the scan reads attention, so the LM head (N x vocab logits) is skipped
             model.hf.base_model(t[None].to(model.device), use_cache=False)
     info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
@@ -368,7 +426,7 @@ def merge_results(results: Sequence[ScanResult]) -> ScanResult:
         raise ValueError("merge_results needs at least one result")
     first = results[0]
     for r in results[1:]:
-        if r.card.name != first.card.name or asdict(r.config) != asdict(first.config):
+        if r.card.name != first.card.name or r.config.to_dict() != first.config.to_dict():
             raise ValueError(f"cannot merge scans of {first.card.name} and {r.card.name} or with different settings")
     state = first.state
     for r in results[1:]:

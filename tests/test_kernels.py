@@ -48,7 +48,23 @@ def test_stream_layer_equals_full_patterns(n, kv, group, d, block, window, softc
     got = kernels.stream_layer(q, k, v, scale, window, softcap, block, skip, M, qp, kp)
     ref = _reference(q, k, v, qp, kp, scale, window, softcap, skip, M)
     for name, a, b in zip(("out", "lag", "sink", "map", "sink_pre"), got, ref):
-        torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+        # probabilities to 1e-5; the output sums p * v, so its float32 error (exp_u20: ~1e-6 relative) scales with |v|
+        atol = 4e-6 * float(v.abs().max()) if name == "out" else 1e-5
+        torch.testing.assert_close(a.double(), b.double(), atol=max(atol, 1e-5), rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@needs_kernel
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 70), block=st.integers(1, 40), window=st.sampled_from([None, 6]), seed=st.integers(0, 2**16))
+def test_stream_layer_without_v_gives_the_same_reductions(n, block, window, seed):
+    """Statistics-only passes (the scan's counterfactual RoPE variants) skip P @ V and nothing else."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(n, 4, 8, generator=g) * 3, torch.randn(n, 2, 8, generator=g) * 3, torch.randn(n, 2, 8, generator=g)
+    full = kernels.stream_layer(q, k, v, 0.35, window, None, block, 4, 6)
+    lean = kernels.stream_layer(q, k, None, 0.35, window, None, block, 4, 6)
+    assert lean[0].shape == (0, 4, 8)
+    for a, b in zip(full[1:4], lean[1:4]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)  # float sums per thread: the tile order may differ
 
 
 @needs_kernel

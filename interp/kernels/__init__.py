@@ -113,7 +113,8 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     """One layer's exact attention and reductions; call only when ``available()``.
 
     Args:
-        q: ``[pos, head, d_head]`` post-RoPE queries (float32, CPU); k, v: ``[pos, kv_head, d_head]``.
+        q: ``[pos, head, d_head]`` post-RoPE queries (float32, CPU); k, v: ``[pos, kv_head, d_head]``; ``v=None``
+            computes the reductions only (no ``P @ V``; ``out`` is empty), as the counterfactual RoPE variants do.
         scale: logit scale; window: sliding window (None = full causal); softcap: ``c`` of ``c*tanh(x/c)`` or None.
         block: queries per tile; skip: keys ``0..skip-1`` are left out of the lag sums; map_size: side M of the map.
         q_pre, k_pre: pre-RoPE vectors (same layouts) for the counterfactual weight on key 0, or None.
@@ -123,13 +124,13 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
         RuntimeError: tensors that are not float32 on CPU, ``block < 1``.
 
     Returns:
-        ``(out [pos, head, d_head] float32, lag [head, pos] float64 (sum over queries of A[i, i - delta], keys
+        ``(out [pos, head, d_head] float32 (``[0, head, d_head]`` without v), lag [head, pos] float64 (sum over queries of A[i, i - delta], keys
         >= skip), sink [head, pos] (A[i, 0]), map [head, M, M] float64 (A[:M, :M]), sink_pre [head, pos] or
         [0, pos])``.
     """
     check_qk(q, k)
-    if v.shape != k.shape or (q_pre is None) != (k_pre is None) or (q_pre is not None and (q_pre.shape != q.shape or k_pre.shape != k.shape)):
-        raise ShapeError(f"v must match k {tuple(k.shape)} and q_pre/k_pre must match q/k (or both be None); got v {tuple(v.shape)}, "
+    if (v is not None and v.shape != k.shape) or (q_pre is None) != (k_pre is None) or (q_pre is not None and (q_pre.shape != q.shape or k_pre.shape != k.shape)):
+        raise ShapeError(f"v must match k {tuple(k.shape)} and q_pre/k_pre must match q/k (or both be None); got v {None if v is None else tuple(v.shape)}, "
                          f"q_pre {None if q_pre is None else tuple(q_pre.shape)}, k_pre {None if k_pre is None else tuple(k_pre.shape)}")
     t = lambda x: None if x is None else x.transpose(0, 1)  # noqa: E731  the kernel reads each head's rows contiguously
     return torch.ops.interp_kernels.stream_layer(t(q), t(k), t(v), float(scale), int(window or 0), float(softcap or 0.0),

@@ -6,6 +6,7 @@
 // the probabilities then give the layer output P @ V and are reduced, while the tile is still in
 // cache, into per-lag sums (slash scores), the weight on key 0 (sinks) and the map of the first
 // positions. Optionally the pre-RoPE counterfactual weight on key 0 is computed from q_pre / k_pre.
+// Without v the pass computes only the reductions (the scan's counterfactual RoPE variants).
 //
 // Why a kernel: in Python each block is a chain of separate ATen calls whose [head, block, pos]
 // tile does not fit in cache and whose threads synchronise per call. Here the tile of one kv head
@@ -113,16 +114,19 @@ inline int64_t visible_columns(int64_t i0, int64_t i1, int64_t window) {
   return window > 0 ? std::min(i1, window + B - 1) : i1;
 }
 
-std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale,
+std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c10::optional<Tensor>& v_in, double scale,
                                  int64_t window, double softcap, int64_t block, int64_t skip, int64_t map_size,
                                  const c10::optional<Tensor>& q_pre_in, const c10::optional<Tensor>& k_pre_in) {
   // every check happens here: nothing may throw inside the OpenMP region
-  TORCH_CHECK(q_in.dim() == 3 && k_in.dim() == 3 && v_in.dim() == 3, "q [head,pos,d], k/v [kv_head,pos,d] expected");
+  // without v the call is statistics-only (counterfactual passes): no P @ V, an empty output
+  const bool has_v = v_in.has_value();
+  TORCH_CHECK(q_in.dim() == 3 && k_in.dim() == 3 && (!has_v || v_in->dim() == 3), "q [head,pos,d], k/v [kv_head,pos,d] expected");
   const int64_t H = q_in.size(0), N = q_in.size(1), D = q_in.size(2), KV = k_in.size(0);
-  TORCH_CHECK(KV > 0 && H % KV == 0 && k_in.size(1) == N && k_in.size(2) == D && v_in.sizes() == k_in.sizes(),
+  TORCH_CHECK(KV > 0 && H % KV == 0 && k_in.size(1) == N && k_in.size(2) == D && (!has_v || v_in->sizes() == k_in.sizes()),
               "shape mismatch: q [head,pos,d], k and v [kv_head,pos,d] with head % kv_head == 0");
   TORCH_CHECK(q_pre_in.has_value() == k_pre_in.has_value(), "q_pre and k_pre go together");
-  std::vector<Tensor> all = {q_in, k_in, v_in};
+  std::vector<Tensor> all = {q_in, k_in};
+  if (has_v) all.push_back(*v_in);
   if (q_pre_in.has_value()) {
     TORCH_CHECK(q_pre_in->sizes() == q_in.sizes() && k_pre_in->sizes() == k_in.sizes(), "q_pre/k_pre shapes differ from q/k");
     all.push_back(*q_pre_in);
@@ -133,7 +137,7 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const T
   const int64_t G = H / KV;
   const Tensor q = q_in.contiguous();
   const Tensor k_rev = k_in.flip(1).contiguous();  // [kv, pos, d], row m = key N-1-m
-  const Tensor v_rev = v_in.flip(1).contiguous();
+  const Tensor v_rev = has_v ? v_in->flip(1).contiguous() : Tensor();
   const bool cf = q_pre_in.has_value();  // k_pre is present too (checked above)
   Tensor q_pre, k_pre_rev;
   if (cf) {
@@ -142,7 +146,7 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const T
   }
   auto f32 = at::TensorOptions().dtype(at::kFloat);
   auto f64 = at::TensorOptions().dtype(at::kDouble);
-  Tensor out = at::empty({N, H, D}, f32);
+  Tensor out = at::empty({has_v ? N : 0, H, D}, f32);
   Tensor sink = at::zeros({H, N}, f32);
   Tensor sink_pre = at::zeros({cf ? H : 0, N}, f32);
   const int64_t M = std::min(map_size, N);
@@ -163,7 +167,7 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const T
   const int64_t n_items = n_blocks * KV;
   const float* qp = q.data_ptr<float>();
   const float* kp = k_rev.data_ptr<float>();
-  const float* vp = v_rev.data_ptr<float>();
+  const float* vp = has_v ? v_rev.data_ptr<float>() : nullptr;
   float* outp = out.data_ptr<float>();
   float* sinkp = sink.data_ptr<float>();
   float* sinkpre_p = cf ? sink_pre.data_ptr<float>() : nullptr;
@@ -189,9 +193,11 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const T
       std::fill(x, x + lo, 0.f);
       std::fill(x + hi, x + C, 0.f);
     }
-    Tensor ot = at::from_blob(obuf, {G * B, D}, f32);
-    Tensor vt = at::from_blob(const_cast<float*>(vp) + (g * N + N - i1) * D, {C, D}, f32);
-    at::mm_out(ot, at::from_blob(s, {G * B, C}, f32), vt);
+    if (has_v) {
+      Tensor ot = at::from_blob(obuf, {G * B, D}, f32);
+      Tensor vt = at::from_blob(const_cast<float*>(vp) + (g * N + N - i1) * D, {C, D}, f32);
+      at::mm_out(ot, at::from_blob(s, {G * B, C}, f32), vt);
+    }
 
     const int64_t last_slash = std::min(C, i1 - skip);  // columns >= i1 - skip are keys < skip
     for (int64_t t = 0; t < G; ++t) {
@@ -201,8 +207,10 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const T
         const int64_t row = t * B + r;
         const float* x = s + row * C;
         const float w = inv[row];
-        float* o = outp + ((i0 + r) * H + h) * D;
-        for (int64_t d = 0; d < D; ++d) o[d] = obuf[row * D + d] * w;
+        if (has_v) {
+          float* o = outp + ((i0 + r) * H + h) * D;
+          for (int64_t d = 0; d < D; ++d) o[d] = obuf[row * D + d] * w;
+        }
         const int64_t first = B - 1 - r;
         float* dst = lag_h - first;  // lag of column m is m - first
         for (int64_t m = first; m < last_slash; ++m) dst[m] += x[m] * w;
@@ -236,7 +244,7 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const T
 
 TORCH_LIBRARY(interp_kernels, m) {
   m.def(
-      "stream_layer(Tensor q, Tensor k, Tensor v, float scale, int window, float softcap, int block, int skip, "
+      "stream_layer(Tensor q, Tensor k, Tensor? v, float scale, int window, float softcap, int block, int skip, "
       "int map_size, Tensor? q_pre, Tensor? k_pre) -> Tensor[]");
   m.impl("stream_layer", c10::DispatchKey::CPU, &stream_layer);
 }
