@@ -322,6 +322,16 @@ class ScanResult:
         """``[layer, head, delta]`` average slash score at every lag (NaN where undefined)."""
         return slash.slash_scores(self.state)
 
+    def variant_scores(self, name: str) -> torch.Tensor:
+        """``[layer, head, delta]`` average slash score under the counterfactual variant ``name`` (NaN where undefined).
+
+        Raises:
+            KeyError: the scan has no variant of that name.
+        """
+        i = self.config.variant_index(name)
+        n = self.state["slash_prompts"]
+        return self.state["variant_slash_mean_sum"][i] / torch.where(n > 0, n, torch.nan)
+
     def long_lag_range(self) -> range:
         """Long lags that fit the scanned prompts with ``long_min_entries`` entries each (may be empty)."""
         lo, hi = self.config.long_lags

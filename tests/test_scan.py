@@ -132,3 +132,43 @@ def test_scan_without_counterfactual_matches_the_full_scan(tiny_llama, engine):
     assert lean["sink_weight_norope"].isna().all()
     np.testing.assert_allclose(lean["sink_weight"], full["sink_weight"], atol=1e-6)
     np.testing.assert_allclose(lean["slash_score"], full["slash_score"], atol=1e-6)
+
+
+def test_counterfactual_variants_equal_a_materialised_recomputation(tiny, engine):
+    """Issue 7, item 2: band ablation inside the streaming engine equals rotating the captured pre-RoPE q/k with
+    the variant and materialising the pattern; the identity variant reproduces the model's own scores."""
+    from interp.rope import RopeVariant, band_ablations, rope_specs, rotate_variant
+
+    c = tiny.card
+    variants = band_ablations(c.d_head // 2, n_remove=2) + (RopeVariant("identity"),)
+    prompts = [random_tokens(n, seed=s) for s, n in ((0, 45), (1, 33))]
+    res = scan(tiny, prompts, ScanConfig(block_size=8, map_size=8, variants=variants))
+    specs = rope_specs(tiny.hf)
+    for vi, var in enumerate(variants):
+        ref_slash, ref_sink = [], []
+        for p in prompts:
+            cap = capture(tiny, p)
+            pos = torch.arange(p.numel())
+            pats = [attention_pattern(rotate_variant(cap.q_pre[l], pos, specs[l], var), rotate_variant(cap.k_pre[l], pos, specs[l], var),
+                                      c.attn_scale[l], c.sliding_window[l], c.softcap) for l in range(c.n_layers)]
+            ref_slash.append(torch.nn.functional.pad(torch.stack([slash.slash_from_pattern(A) for A in pats]), (0, 45 - p.numel()), value=torch.nan))
+            ref_sink.append(torch.stack([A[:, :, 0].double().mean(-1) for A in pats]))
+        got = res.variant_scores(var.name)
+        want = torch.stack(ref_slash).nanmean(0)
+        torch.testing.assert_close(got[..., : 33 - slash.SKIP], want[..., : 33 - slash.SKIP], atol=1e-5, rtol=0)
+        torch.testing.assert_close(res.state["variant_sink"][vi] / 2, torch.stack(ref_sink).mean(0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(res.variant_scores("identity")[..., :29], res.scores[..., :29], atol=1e-5, rtol=0)
+    assert not torch.allclose(res.variant_scores("wo_high")[..., :29], res.scores[..., :29], atol=1e-3)  # the ablation changes something
+
+
+def test_variants_survive_save_and_load(tiny_llama, tmp_path):
+    from interp.rope import band_ablations
+
+    cfg = ScanConfig(map_size=8, variants=band_ablations(8))
+    res = scan(tiny_llama, [random_tokens(20)], cfg)
+    res.save(tmp_path)
+    back = ScanResult.load(tmp_path)
+    assert back.config.variants == cfg.variants
+    torch.testing.assert_close(back.variant_scores("wo_low"), res.variant_scores("wo_low"), equal_nan=True)
+    with pytest.raises(KeyError, match="no counterfactual variant 'wo_ultra'"):
+        res.variant_scores("wo_ultra")
