@@ -41,3 +41,20 @@ def test_shards_then_merge_equal_one_pass(tmp_path):
 def test_bad_long_min_frac_is_one_line(tmp_path):
     res = runner.invoke(app, ["scan", "tiny-llama", "--prompts", "1", "--tokens", "32", "--long-min-frac", "1.5", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "long_min_frac must lie in (0, 1]" in res.output and "Traceback" not in res.output
+
+
+def test_ablate_writes_the_band_table_and_the_causal_summary(tmp_path):
+    out = tmp_path / "abl"
+    res = runner.invoke(app, ["ablate", "tiny-llama", "--prompts", "2", "--tokens", "48", "--out", str(out), "--causal",
+                              "--n-remove", "2", "--planes", "1,2", "--all-heads"])
+    assert res.exit_code == 0, res.output
+    t = pd.read_csv(out / "band_ablation.csv")
+    assert {"layer", "head", "delta", "original", "wo_high", "wo_medium", "wo_low", "custom"} <= set(t.columns)
+    assert len(t) == 2 * 4  # tiny-llama: 2 layers x 4 heads, --all-heads
+    c = pd.read_csv(out / "causal_ablation.csv")
+    assert list(c.columns) == ["band", "layers", "nll_original", "nll", "delta_nll"] and list(c["band"]) == ["wo_high", "wo_medium", "wo_low", "custom"]
+    assert (c["layers"] == "all").all()
+    page = (out / "report.html").read_text()
+    assert "Frequencies: band ablation" in page and "Causal ablation" in page
+    bad = runner.invoke(app, ["ablate", "tiny-llama", "--planes", "0,99", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "planes of 'custom' must lie in" in bad.output

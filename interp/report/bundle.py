@@ -10,9 +10,10 @@ from interp.report.page import write_report
 from interp.report.tables import content_repeats, long_lag_table
 from interp.scan import ScanResult, add_ood
 
-def write_outputs(result: ScanResult, out: str | Path, ood: ScanResult | None = None) -> pd.DataFrame:
+def write_outputs(result: ScanResult, out: str | Path, ood: ScanResult | None = None, causal: pd.DataFrame | None = None) -> pd.DataFrame:
     """Write ``heads.csv``, ``long_slash.csv``, ``content_repeats.csv``, ``report.html`` and ``state/`` (and ``ood/``) into ``out``.
 
+    ``causal`` (the summary of ``interp.ablation.causal_ablation``) is shown in the report's frequencies section.
     Returns the head table (with OOD columns when ``ood`` is given).
     """
     d = Path(out)
@@ -25,5 +26,5 @@ def write_outputs(result: ScanResult, out: str | Path, ood: ScanResult | None = 
     heads.to_csv(d / "heads.csv", index=False)
     long_lag_table(result).to_csv(d / "long_slash.csv", index=False)
     content_repeats(result, heads).to_csv(d / "content_repeats.csv", index=False)
-    write_report(result, d / "report.html", heads)
+    write_report(result, d / "report.html", heads, causal=causal)
     return heads

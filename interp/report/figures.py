@@ -93,3 +93,15 @@ def sink_scatter(heads: pd.DataFrame) -> go.Figure:
     fig.update_layout(xaxis_title="sink weight, pre-RoPE counterfactual", yaxis_title="sink weight with RoPE", height=420,
                       title="Attention on token 0 per head")
     return fig
+
+
+def band_ratio_box(table: pd.DataFrame, title: str = "Slash score with a band of planes unrotated / original (004 Fig. 8)") -> go.Figure:
+    """Box plot of ablated / original slash score per variant (columns ``ratio_<variant>`` of a band-ablation table)."""
+    fig = go.Figure()
+    for c in [c for c in table.columns if c.startswith("ratio_")]:
+        fig.add_trace(go.Box(y=table[c], name=c[len("ratio_"):], boxpoints="all", jitter=0.4, pointpos=0,
+                             text=[f"L{l}H{h} lag {d}" for l, h, d in zip(table["layer"], table["head"], table["delta"])],
+                             hovertemplate="%{text}: %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    fig.update_layout(title=title, yaxis_title="ablated / original slash score", showlegend=False, height=420)
+    return fig

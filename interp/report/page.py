@@ -2,7 +2,8 @@
 
 Sections: model card; layer x head heatmaps of every measurement (dropdown); the SDH table; average
 attention maps of the top SDHs; a (layer, head) picker showing that head's average attention map
-and slash spectrum; long-range slash spectra; sinks. All text from the model (tokens) is escaped.
+and slash spectrum; long-range slash-dominant heads and content repeats; frequencies (band ablation,
+when the scan has counterfactual variants); sinks. All text from the model (tokens) is escaped.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from interp.ablation import band_ablation_table, ratio_summary
 from interp.report import figures
 from interp.report.tables import content_repeats
 from interp.scan import ScanResult
@@ -169,7 +171,29 @@ def _long_range_section(result: ScanResult, heads: pd.DataFrame, top: int = 5) -
     return parts
 
 
-def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6) -> str:
+def _frequency_section(result: ScanResult, heads: pd.DataFrame, causal: pd.DataFrame | None) -> list[str]:
+    """Band ablation (counterfactual) table and box plot, and the causal summary when given (paper 004, Sec. 5)."""
+    if not result.config.variants:
+        return []
+    table = band_ablation_table(result, heads)
+    planes = "; ".join(f"{v.name}: planes {', '.join(map(str, getattr(v, 'planes', ())))}" for v in result.config.variants)
+    parts = ["<h2>Frequencies: band ablation of the slash-dominant heads</h2>",
+             '<p class="note">Each head\'s attention recomputed exactly with some rotation planes left unrotated (theta -> 0, '
+             "channels kept; plane 0 = highest frequency, model pairing), and its average slash score at its own lag compared "
+             f"with the original (paper 004, Table 5 and Fig. 8). {html.escape(planes)}.</p>"]
+    if len(table):
+        parts += [_figure(figures.band_ratio_box(table), "band-box"),
+                  _table(ratio_summary(table)),
+                  '<div class="scroll">' + _table(table) + "</div>"]
+    else:
+        parts.append('<p class="note">No slash-dominant heads in this scan.</p>')
+    if causal is not None and len(causal):
+        parts += ["<h3>Causal ablation: the model run with each band unrotated</h3>",
+                  '<p class="note">Mean next-token negative log-likelihood (nats per token) on the same prompts.</p>', _table(causal)]
+    return parts
+
+
+def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6, causal: pd.DataFrame | None = None) -> str:
     """The report as an HTML string (see module docstring)."""
     heads = result.heads if heads is None else heads
     sdh = sdh_table(heads)
@@ -189,6 +213,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
               '<select id="pick-layer"></select> <select id="pick-head"></select>',
               '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div>']
     parts += _long_range_section(result, heads)
+    parts += _frequency_section(result, heads, causal)
     if heads["sink_weight_norope"].notna().any():
         rate = heads["has_sink"].mean()
         parts += [f"<h2>Sinks: sink rate {rate:.1%} (heads with importance of token 0 &gt; {result.config.sink_eps:g})</h2>",
@@ -205,9 +230,9 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
             f"<script>{_PICKER_JS % _script_json(_picker_data(result))}{row_js}</script></body></html>")
 
 
-def write_report(result: ScanResult, path: str | Path, heads: pd.DataFrame | None = None) -> Path:
+def write_report(result: ScanResult, path: str | Path, heads: pd.DataFrame | None = None, causal: pd.DataFrame | None = None) -> Path:
     """Write the self-contained report to ``path`` (parents created). Returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(render(result, heads), encoding="utf-8")
+    p.write_text(render(result, heads, causal=causal), encoding="utf-8")
     return p
