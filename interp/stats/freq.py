@@ -1,0 +1,334 @@
+"""Per-plane decomposition of attention logits (InP), active planes and the pulse check.
+
+Source: paper 004 (Cheng, Zhang, Hou et al. 2026), Sec. 3.3 eq. (8)-(9), Fig. 7, Sec. 4
+(Assumption 4.1, eq. 10), App. D.3 (Assumption D.1, eq. 12, Fig. 23).
+
+Definitions, for one head, query position i, key position j and rotation plane l (the model's
+pairing, ``freq`` axis, 0 = highest frequency, ``theta_l = inv_freq[l]`` radians per position), with
+``q^(l)``, ``k^(l)`` the 2-D *pre-RoPE* sub-vectors of plane l (channels ``plane_channels(d_head, pairing)[l]``,
+read as complex numbers ``z = x[ch0] + i x[ch1]``) and ``s`` the RoPE spec's ``scaling`` (1.0 for default RoPE):
+
+- amplitude ``A_l = s^2 |q_i^(l)| |k_j^(l)|``;
+- phase ``phi_l = arg q_i^(l) - arg k_j^(l)`` (wrapped to (-pi, pi]); RoPE multiplies ``z`` by
+  ``s exp(i theta_l pos)``, so the plane-l dot product of the rotated vectors is
+  ``Re(s^2 z_q conj(z_k) exp(i theta_l (i - j)))``, which fixes this sign;
+- ``InP(i, j, l) = A_l cos(theta_l (i - j) + phi_l)`` (004 eq. 9), so that
+  ``scale * sum_l InP(i, j, l) = scale * q_rot_i . k_rot_j``, the head's attention logit before soft-capping
+  and masking, with ``scale`` the model's ``ModelCard.attn_scale[layer]`` (004 eq. 4 omits it). Equivalently
+  ``InP(i, j, l)`` is the plane-l partial dot product of the post-RoPE vectors, which is how ``inp_sums``
+  computes it. InP is in logit units before the scale (multiply by ``attn_scale`` for logit units).
+
+Visible pairs of a head (what ``inp_sums`` averages over): ``skip <= j <= i`` (keys 0..skip-1, the sink and
+warm-up tokens, are dropped as in the slash score; default skip = 4) and, in a sliding-window layer,
+``i - j < window``. GQA: query head h reads kv head ``h // group``.
+
+Active planes (004 Sec. 4, App. D.3: "those whose average InP exceeds one tenth of the maximum"): the
+paper says neither whether the average is of InP or |InP| nor over which pairs. Both are kept: the signed
+mean ``E[InP]`` and the mean magnitude ``E[|InP|]`` over the visible pairs of the prompts. A plane is active
+when its mean is >= ``frac`` (0.1) times the maximum over planes (``active_planes``). The pulse check uses
+**mean |InP|** by default (the project's choice); the signed mean is reported beside it.
+
+Pulse check (004 eq. 10/12 and Fig. 23): ``P(x) = sum_{l active} cos(theta_l x)``, unit amplitudes and no
+phases. The paper's condition is ``P(x) ~ C1 delta_0(x) + C2``; this project asks whether, for x >= 1, P
+peaks at (or near) the head's slash lag. Note ``P(0) = n_active`` is always the global maximum, so for a
+lag-0 head the check is trivially met; the question is informative only for lags >= 1.
+
+Everything here is a pure function; sums are float64 (products float32 inside one block of ``inp_sums``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from jaxtyping import Bool, Float
+
+from interp.errors import ShapeError
+from interp.rope import BANDS, RopeSpec, plane_channels
+
+SKIP = 4  # keys 0..SKIP-1 dropped, as in interp.stats.slash
+
+
+def _split(x: torch.Tensor, pairing: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x[..., ch0], x[..., ch1])``, each ``[..., freq]``: the two coordinates of every plane."""
+    ch = plane_channels(x.shape[-1], pairing).to(x.device)
+    return x[..., ch[:, 0]], x[..., ch[:, 1]]
+
+
+def plane_terms(
+    q_pre: Float[torch.Tensor, "... d_head"], k_pre: Float[torch.Tensor, "... d_head"], spec: RopeSpec
+) -> tuple[Float[torch.Tensor, "... freq"], Float[torch.Tensor, "... freq"]]:
+    """Amplitude and phase of every rotation plane (004 eq. 9): ``A_l = s^2 |q^(l)| |k^(l)|``, ``phi_l = arg q^(l) - arg k^(l)``.
+
+    Args:
+        q_pre: ``[..., d_head]`` pre-RoPE query vector(s).
+        k_pre: ``[..., d_head]`` pre-RoPE key vector(s); leading axes broadcast with ``q_pre``'s.
+        spec: the layer's RoPE (pairing, ``scaling`` s).
+
+    Returns:
+        ``(A [..., freq], phi [..., freq])`` float64; phi in radians, wrapped to (-pi, pi].
+
+    Raises:
+        ShapeError: the last axis of q or k is not the spec's ``d_head``.
+    """
+    d = spec.d_head
+    if q_pre.shape[-1] != d or k_pre.shape[-1] != d:
+        raise ShapeError(f"plane_terms expects q and k [..., d_head={d}]; got q {tuple(q_pre.shape)}, k {tuple(k_pre.shape)}")
+    zq = torch.complex(*_split(q_pre.double(), spec.pairing))
+    zk = torch.complex(*_split(k_pre.double(), spec.pairing))
+    z = zq * zk.conj() * spec.scaling**2
+    return z.abs(), z.angle()
+
+
+def inp(
+    q_pre_i: Float[torch.Tensor, "... d_head"],
+    k_pre_j: Float[torch.Tensor, "... d_head"],
+    spec: RopeSpec,
+    delta,
+) -> Float[torch.Tensor, "... freq"]:
+    """``InP(i, j, l) = A_l cos(theta_l delta + phi_l)`` for given pre-RoPE vectors (004 eq. 8-9).
+
+    Args:
+        q_pre_i: ``[..., d_head]`` pre-RoPE query(ies) at position(s) i.
+        k_pre_j: ``[..., d_head]`` pre-RoPE key(s) at position(s) j.
+        spec: the layer's RoPE.
+        delta: ``i - j`` in positions: a number or a tensor broadcastable with the leading axes.
+
+    Returns:
+        ``[..., freq]`` float64; ``attn_scale * inp(...).sum(-1)`` is the attention logit.
+
+    Raises:
+        ShapeError: as ``plane_terms``.
+    """
+    A, phi = plane_terms(q_pre_i, k_pre_j, spec)
+    dl = torch.as_tensor(delta, dtype=torch.float64, device=A.device)
+    return A * torch.cos(dl[..., None] * spec.inv_freq.double().to(A.device) + phi)
+
+
+def inp_matrix(
+    q_pre: Float[torch.Tensor, "pos head d_head"],
+    k_pre: Float[torch.Tensor, "pos kv_head d_head"],
+    spec: RopeSpec,
+    query: int,
+    head: int,
+    group: int,
+) -> Float[torch.Tensor, "k_pos freq"]:
+    """InP of one query against every causal key ``j = 0..query`` of one head (004 Fig. 7: keys x planes).
+
+    Args:
+        q_pre, k_pre: one layer's pre-RoPE vectors (as ``interp.capture`` gives them).
+        spec: that layer's RoPE.
+        query: the query position i (004 uses i = 100).
+        head: query head; it reads kv head ``head // group``.
+        group: query heads per kv head (``ModelCard.group_size``).
+
+    Returns:
+        ``[query + 1, freq]`` float64, row j = ``InP(query, j, :)``.
+
+    Raises:
+        ShapeError: q/k not 3-D with matching pos and ``d_head``, or head/query/group out of range.
+    """
+    if (q_pre.dim() != 3 or k_pre.dim() != 3 or q_pre.shape[0] != k_pre.shape[0] or q_pre.shape[-1] != spec.d_head
+            or k_pre.shape[-1] != spec.d_head):
+        raise ShapeError(f"inp_matrix expects q [pos, head, d_head={spec.d_head}] and k [pos, kv_head, d_head]; "
+                         f"got q {tuple(q_pre.shape)}, k {tuple(k_pre.shape)}")
+    if not (0 <= query < q_pre.shape[0] and 0 <= head < q_pre.shape[1] and group >= 1 and head // group < k_pre.shape[1]):
+        raise ShapeError(f"inp_matrix: query {query} / head {head} / group {group} out of range for q {tuple(q_pre.shape)}, "
+                         f"k {tuple(k_pre.shape)}")
+    j = torch.arange(query + 1, device=q_pre.device)
+    return inp(q_pre[query, head], k_pre[: query + 1, head // group], spec, query - j)
+
+
+def _check_rot(q: torch.Tensor, k: torch.Tensor) -> None:
+    if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2] or q.shape[1] % k.shape[1] or q.shape[2] % 2:
+        raise ShapeError(
+            "inp_sums expects q_rot [pos, head, d_head] and k_rot [pos, kv_head, d_head] with equal pos and (even) d_head "
+            f"and head % kv_head == 0; got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+
+
+def _key_lo(i: torch.Tensor, skip: int, window: int | None) -> torch.Tensor:
+    """First visible key of each query: ``max(skip, i - window + 1)``."""
+    lo = torch.full_like(i, skip)
+    return lo if window is None else torch.maximum(lo, i - window + 1)
+
+
+def pair_count(n_pos: int, skip: int = SKIP, window: int | None = None) -> int:
+    """Number of visible pairs ``(i, j)``: ``skip <= j <= i < n_pos`` and ``i - j < window`` (if set)."""
+    i = torch.arange(n_pos)
+    return int((i + 1 - _key_lo(i, skip, window)).clamp(min=0).sum())
+
+
+def inp_signed_prefix(
+    q_rot: Float[torch.Tensor, "pos head d_head"],
+    k_rot: Float[torch.Tensor, "pos kv_head d_head"],
+    pairing: str = "rotate_half",
+    skip: int = SKIP,
+    window: int | None = None,
+) -> Float[torch.Tensor, "head freq"]:
+    """Exact ``sum_{visible (i, j)} InP(i, j, l)`` per head in O(pos) from prefix sums of the keys.
+
+    ``sum_j q_i^(l) . k_j^(l) = q_i^(l) . (C[i + 1] - C[lo_i])`` with ``C[j] = sum_{m < j} k_m^(l)`` (float64)
+    and ``lo_i = max(skip, i - window + 1)``.
+
+    Returns:
+        ``[head, freq]`` float64.
+
+    Raises:
+        ShapeError: as ``inp_sums``.
+    """
+    _check_rot(q_rot, k_rot)
+    N, H, _ = q_rot.shape
+    g = H // k_rot.shape[1]
+    k = k_rot.double()
+    C = torch.cat([k.new_zeros(1, *k.shape[1:]), k.cumsum(0)])  # [pos + 1, kv_head, d_head]
+    i = torch.arange(N, device=q_rot.device)
+    lo = _key_lo(i, skip, window).clamp(max=N)
+    ok = (lo <= i).double()[:, None, None]
+    ksum = (C[i + 1] - C[lo]) * ok  # [pos, kv_head, d_head]: visible keys of each query
+    prod = q_rot.double() * ksum.repeat_interleave(g, dim=1)  # [pos, head, d_head]
+    a, b = _split(prod.sum(0), pairing)
+    return a + b
+
+
+def inp_sums(
+    q_rot: Float[torch.Tensor, "pos head d_head"],
+    k_rot: Float[torch.Tensor, "pos kv_head d_head"],
+    pairing: str = "rotate_half",
+    skip: int = SKIP,
+    window: int | None = None,
+    block_size: int = 32,
+) -> dict[str, torch.Tensor]:
+    """One prompt's additive sums of InP over every visible pair of every head (004 Sec. 4 "average InP").
+
+    ``InP(i, j, l) = q_rot_i^(l) . k_rot_j^(l)`` (plane-l partial dot product of the post-RoPE vectors; the
+    module docstring shows it equals ``A_l cos(theta_l (i - j) + phi_l)``). Visible pairs: ``skip <= j <= i``
+    and ``i - j < window`` when ``window`` is set. Means over prompts: add the sums, then ``inp_means``.
+
+    The signed sum uses the exact prefix-sum form (``inp_signed_prefix``, O(pos)). The |InP| sum is
+    pairwise, computed block-wise over queries: each block of ``block_size`` queries forms the
+    ``[kv_head, group, block, keys, freq]`` products in float32 (memory ~ head x block x pos x freq floats,
+    never ``[head, pos, pos, freq]``) and adds its float32 sum into a float64 total. All heads at once.
+
+    Args:
+        q_rot: ``[pos, head, d_head]`` post-RoPE queries of one layer (positions 0..pos-1).
+        k_rot: ``[pos, kv_head, d_head]`` post-RoPE keys.
+        pairing: the model's channel pairing (``ModelCard.pairing``).
+        skip: keys 0..skip-1 dropped (default 4, the slash score's).
+        window: sliding window of the layer (``ModelCard.sliding_window[layer]``), or None.
+        block_size: queries per block.
+
+    Returns:
+        ``{"signed": [head, freq], "abs": [head, freq], "count": [head]}`` float64 (count: visible pairs).
+
+    Raises:
+        ShapeError: q/k not ``[pos, head, d_head]`` / ``[pos, kv_head, d_head]`` with equal pos and even d_head,
+            or head not a multiple of kv_head.
+        ValueError: ``block_size < 1`` or ``window < 1``.
+    """
+    _check_rot(q_rot, k_rot)
+    if block_size < 1 or (window is not None and window < 1):
+        raise ValueError(f"inp_sums needs block_size >= 1 and window >= 1 (or None); got {block_size}, {window}")
+    N, H, D = q_rot.shape
+    n_kv, F = k_rot.shape[1], D // 2
+    g = H // n_kv
+    q0, q1 = (t.float().permute(1, 0, 2).reshape(n_kv, g, N, F) for t in _split(q_rot, pairing))  # [kv, g, pos, freq]
+    k0, k1 = (t.float().permute(1, 0, 2).contiguous() for t in _split(k_rot, pairing))  # [kv, pos, freq]
+    total = torch.zeros(n_kv, g, F, dtype=torch.float64, device=q_rot.device)
+    for i0 in range(min(skip, N), N, block_size):
+        i1 = min(N, i0 + block_size)
+        lo = skip if window is None else max(skip, i0 - window + 1)
+        qi = torch.arange(i0, i1, device=q_rot.device)
+        kj = torch.arange(lo, i1, device=q_rot.device)
+        lag = qi[:, None] - kj[None, :]
+        vis = lag >= 0
+        if window is not None:
+            vis &= lag < window
+        t = q0[:, :, i0:i1, None, :] * k0[:, None, None, lo:i1, :]  # [kv, g, B, K, freq]
+        t.addcmul_(q1[:, :, i0:i1, None, :], k1[:, None, None, lo:i1, :]).abs_()
+        total += torch.einsum("vgbkf,bk->vgf", t, vis.to(t.dtype)).double()
+    i = torch.arange(N)
+    count = float((i + 1 - _key_lo(i, skip, window)).clamp(min=0).sum())
+    return {
+        "signed": inp_signed_prefix(q_rot, k_rot, pairing, skip, window),
+        "abs": total.reshape(H, F),
+        "count": torch.full((H,), count, dtype=torch.float64),
+    }
+
+
+def inp_means(sums: dict[str, torch.Tensor]) -> tuple[Float[torch.Tensor, "... freq"], Float[torch.Tensor, "... freq"]]:
+    """``(mean_signed, mean_abs)`` from (summed) ``inp_sums`` output: sums divided by the pair count (NaN if 0)."""
+    c = sums["count"].double()
+    c = torch.where(c > 0, c, torch.nan)[..., None]
+    return sums["signed"] / c, sums["abs"] / c
+
+
+def active_planes(mean_inp: Float[torch.Tensor, "... freq"], frac: float = 0.1) -> Bool[torch.Tensor, "... freq"]:
+    """Active planes (004 Sec. 4, App. D.3): mean InP >= ``frac`` x its maximum over planes.
+
+    Works for mean |InP| (the default use) and for the signed mean: where the maximum over planes is
+    <= 0 (a signed mean with no positive plane) no plane is active.
+
+    Args:
+        mean_inp: ``[..., freq]`` per-plane average (``inp_means``).
+        frac: fraction of the maximum (0.1 in 004).
+
+    Returns:
+        ``[..., freq]`` bool.
+
+    Raises:
+        ShapeError: ``mean_inp`` is 0-D.
+    """
+    if mean_inp.dim() == 0:
+        raise ShapeError("active_planes expects [..., freq]; got a scalar")
+    m = mean_inp.max(dim=-1, keepdim=True).values
+    return (mean_inp >= frac * m) & (m > 0)
+
+
+def pulse(
+    inv_freq: Float[torch.Tensor, "freq"], active: Bool[torch.Tensor, "freq"], x: Float[torch.Tensor, "n"]
+) -> Float[torch.Tensor, "n"]:
+    """``P(x) = sum_{l active} cos(theta_l x)`` (004 eq. 10 / 12 left side, Fig. 23), float64.
+
+    Args:
+        inv_freq: ``[freq]`` theta_l, radians per position (``RopeSpec.inv_freq``).
+        active: ``[freq]`` bool mask (``active_planes``).
+        x: ``[n]`` lags in positions.
+
+    Raises:
+        ShapeError: inv_freq and active differ in shape, or an input is not 1-D.
+    """
+    if inv_freq.dim() != 1 or active.shape != inv_freq.shape or torch.as_tensor(x).dim() != 1:
+        raise ShapeError(f"pulse expects inv_freq [freq], active [freq], x [n]; got {tuple(inv_freq.shape)}, "
+                         f"{tuple(active.shape)}, {tuple(torch.as_tensor(x).shape)}")
+    th = inv_freq.double()[active.bool()]
+    return torch.cos(torch.as_tensor(x, dtype=torch.float64)[:, None] * th[None, :]).sum(-1)
+
+
+def pulse_peak(inv_freq: Float[torch.Tensor, "freq"], active: Bool[torch.Tensor, "freq"], x_max: int = 64, x_min: int = 1) -> int:
+    """Integer lag ``x`` in ``[x_min, x_max]`` where ``pulse`` is largest (first one on ties; -1 if no plane is active).
+
+    Default ``x_min = 1``: ``P(0) = n_active`` is always the global maximum.
+
+    Raises:
+        ShapeError: as ``pulse``; ValueError: ``x_max < x_min``.
+    """
+    if x_max < x_min:
+        raise ValueError(f"pulse_peak needs x_max >= x_min; got {x_max} < {x_min}")
+    if not bool(active.any()):
+        return -1
+    x = torch.arange(x_min, x_max + 1, dtype=torch.float64)
+    P = pulse(inv_freq, active, x)
+    return int(x_min + int(torch.argmax(P.round(decimals=12))))
+
+
+def band_counts(active: Bool[torch.Tensor, "freq"]) -> dict[str, int]:
+    """Active planes per band: ``numpy.array_split(arange(freq), 3)`` = high, medium, low (as ``interp.rope.band_planes``)."""
+    a = np.asarray(active.cpu(), dtype=bool)
+    return {b: int(a[idx].sum()) for b, idx in zip(BANDS, np.array_split(np.arange(a.shape[-1]), 3))}
+
+
+def period(inv_freq: Float[torch.Tensor, "freq"]) -> Float[torch.Tensor, "freq"]:
+    """Period of each plane in positions, ``2 pi / theta_l``."""
+    return 2 * math.pi / inv_freq.double()

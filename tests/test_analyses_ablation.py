@@ -1,0 +1,34 @@
+"""The band-ablation analysis script (004 Table 5 / Fig. 8) in quick mode on the real default model."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from interp.models import is_installed
+
+pytestmark = pytest.mark.slow
+SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "band_ablation.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("band_ablation", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
+def test_quick_band_ablation_writes_table5_and_fig8(tmp_path):
+    out = _load().main(["--quick", "--causal", "--out", str(tmp_path)])
+    t5 = out["table5"]
+    assert set(t5.columns) >= {"model", "delta", "head_name", "original", "wo_high", "wo_medium", "wo_low"}
+    assert (t5.groupby("delta").size() <= 3).all()  # top three per lag, as in the paper's table
+    table = out["table"]
+    np.testing.assert_allclose(table["ratio_wo_high"], table["wo_high"] / table["original"])
+    s = out["summary"]
+    assert set(s["band"]) == {"wo_high", "wo_medium", "wo_low"} and (s["sdh"] == len(table)).all()
+    assert (tmp_path / "band_ablation_table5.csv").exists() and (tmp_path / "band_ablation_fig8.html").exists()
+    c = out["causal"]
+    assert list(c["band"]) == ["wo_high", "wo_medium", "wo_low"] and np.isfinite(c["delta_nll"]).all()
