@@ -211,7 +211,7 @@ class _Collector:
         cfg = self.cfg
         if use_kernel(q):
             self.engine = "fused-cpu"
-            out, lag, sink, amap, sink_pre = kernels.stream_layer(
+            out, lag, sink, amap, sink_pre, *_ = kernels.stream_layer(
                 q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)))
             return out, lag, sink, amap, sink_pre if pre is not None else None
         self.engine = "python"

@@ -70,8 +70,8 @@ def test_stream_layer_without_v_gives_the_same_reductions(n, block, window, seed
 @needs_kernel
 def test_stream_layer_without_counterfactual_returns_an_empty_sink_pre():
     q, k = torch.randn(20, 3, 8), torch.randn(20, 1, 8)
-    *_, sink_pre = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4)
-    assert sink_pre.shape == (0, 20)
+    *_, sink_pre, inp_signed, inp_abs = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4)
+    assert sink_pre.shape == (0, 20) and inp_signed.shape == inp_abs.shape == (0, 4)
 
 
 def test_a_failed_build_is_an_error_when_the_kernel_is_required(tmp_path, monkeypatch):
@@ -102,3 +102,33 @@ def test_bad_shapes_and_dtypes_are_errors_not_crashes():
         kernels.stream_layer(q.double(), k.double(), k.double(), 0.3, None, None, 4, 4, 4)
     with pytest.raises(RuntimeError, match="block must be"):
         kernels.stream_layer(q, k, k, 0.3, None, None, 0, 4, 4)
+
+
+def _inp_reference(q, k, skip, window, pairing):
+    """``[2, head, freq]`` signed and absolute per-plane products summed over visible pairs (brute force, float64)."""
+    from interp.rope import plane_channels
+
+    N, H, D = q.shape
+    kx = expand_kv(k, H).double()
+    ch = plane_channels(D, pairing)
+    # [head, q_pos, k_pos, freq]
+    prod = (q.double()[:, :, ch[:, 0]].permute(1, 0, 2)[:, :, None] * kx[:, :, ch[:, 0]].permute(1, 0, 2)[:, None]
+            + q.double()[:, :, ch[:, 1]].permute(1, 0, 2)[:, :, None] * kx[:, :, ch[:, 1]].permute(1, 0, 2)[:, None])
+    i, j = torch.arange(N)[:, None], torch.arange(N)[None, :]
+    ok = (j <= i) & (j >= skip) & ((i - j < window) if window else True)
+    prod = prod * ok[None, :, :, None]
+    return torch.stack([prod.sum((1, 2)), prod.abs().sum((1, 2))])
+
+
+@needs_kernel
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 60), block=st.integers(1, 20), window=st.sampled_from([None, 7]), d=st.sampled_from([8, 40, 64]),
+       pairing=st.sampled_from(["rotate_half", "interleaved"]), seed=st.integers(0, 2**16))
+def test_stream_layer_inp_sums_equal_brute_force(n, block, window, d, pairing, seed):
+    """Per-plane InP sums (004 eq. 8-9) over visible pairs with keys >= skip, both pairings, vector and scalar tails."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(n, 6, d, generator=g), torch.randn(n, 2, d, generator=g)
+    got = kernels.stream_layer(q, k, None, 0.3, window, None, block, 4, 4, inp_pairing=pairing)
+    ref = _inp_reference(q, k, 4, window, pairing)
+    torch.testing.assert_close(got[5], ref[0], atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(got[6], ref[1], atol=1e-3, rtol=1e-5)

@@ -11,7 +11,7 @@ When no compiler is available, the build fails, the tensors are not float32 on C
 ``INTERP_KERNEL=0`` is set, ``available()`` is False and the scan uses the Python path (same numbers,
 slower). ``INTERP_KERNEL=1`` turns a failed build into an error instead of a silent fallback.
 
-Low-level module: imports only torch and ``interp.attention`` (shape checks).
+Low-level module: imports only torch, ``interp.attention`` (shape checks) and ``interp.rope`` (pairings).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import torch
 
 from interp.attention import check_qk
 from interp.errors import ShapeError
+from interp.rope import plane_channels
 
 SOURCE = Path(__file__).with_name("stream_attention.cpp")
 _STATE: dict[str, object] = {}
@@ -109,7 +110,7 @@ def available() -> bool:
 
 
 def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | None, block: int, skip: int, map_size: int,
-                 q_pre=None, k_pre=None):
+                 q_pre=None, k_pre=None, inp_pairing: str | None = None):
     """One layer's exact attention and reductions; call only when ``available()``.
 
     Args:
@@ -118,6 +119,9 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
         scale: logit scale; window: sliding window (None = full causal); softcap: ``c`` of ``c*tanh(x/c)`` or None.
         block: queries per tile; skip: keys ``0..skip-1`` are left out of the lag sums; map_size: side M of the map.
         q_pre, k_pre: pre-RoPE vectors (same layouts) for the counterfactual weight on key 0, or None.
+        inp_pairing: ``"rotate_half"`` or ``"interleaved"`` to also sum, per rotation plane, the plane's inner
+            product ``q_rot_i^(l) . k_rot_j^(l)`` (InP, paper 004 eq. 8-9) and its absolute value over the visible
+            pairs with ``j >= skip``; None skips it.
 
     Raises:
         ShapeError: shapes that do not fit the layouts above (``head % kv_head == 0``, equal pos and d_head).
@@ -126,12 +130,17 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     Returns:
         ``(out [pos, head, d_head] float32 (``[0, head, d_head]`` without v), lag [head, pos] float64 (sum over queries of A[i, i - delta], keys
         >= skip), sink [head, pos] (A[i, 0]), map [head, M, M] float64 (A[:M, :M]), sink_pre [head, pos] or
-        [0, pos])``.
+        [0, pos], inp_signed [head, freq], inp_abs [head, freq] float64 (``[0, freq]`` without inp_pairing))``.
     """
     check_qk(q, k)
     if (v is not None and v.shape != k.shape) or (q_pre is None) != (k_pre is None) or (q_pre is not None and (q_pre.shape != q.shape or k_pre.shape != k.shape)):
         raise ShapeError(f"v must match k {tuple(k.shape)} and q_pre/k_pre must match q/k (or both be None); got v {None if v is None else tuple(v.shape)}, "
                          f"q_pre {None if q_pre is None else tuple(q_pre.shape)}, k_pre {None if k_pre is None else tuple(k_pre.shape)}")
+    if inp_pairing == "interleaved":  # the kernel's planes are (l, l + d/2): permute channels (dot products are unchanged)
+        perm = plane_channels(q.shape[-1], "interleaved").T.reshape(-1).to(q.device)
+        q, k = q[..., perm], k[..., perm]
+    elif inp_pairing not in (None, "rotate_half"):
+        raise ValueError(f"unknown pairing {inp_pairing!r}")
     t = lambda x: None if x is None else x.transpose(0, 1)  # noqa: E731  the kernel reads each head's rows contiguously
     return torch.ops.interp_kernels.stream_layer(t(q), t(k), t(v), float(scale), int(window or 0), float(softcap or 0.0),
-                                                 int(block), int(skip), int(map_size), t(q_pre), t(k_pre))
+                                                 int(block), int(skip), int(map_size), t(q_pre), t(k_pre), inp_pairing is not None)

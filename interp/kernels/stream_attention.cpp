@@ -108,6 +108,40 @@ void tile_logits(const float* q, const float* k_rev, float* qbuf, float* s, int6
   if (softcap > 0) st.div_(softcap).tanh_().mul_(softcap);
 }
 
+// Per-plane products of one query row with keys k_rev rows [m0, m1): plane l = channels (l, l + D/2).
+// Adds sum_m q^(l).k^(l) and sum_m |q^(l).k^(l)| into out_s[l], out_a[l] (float within the row, double across).
+void inp_row(const float* q, const float* k_rev, int64_t D, int64_t m0, int64_t m1, double* out_s, double* out_a) {
+  const int64_t F = D / 2;
+  int64_t l = 0;
+  for (; l + W <= F; l += W) {
+    const Vec q1 = Vec::loadu(q + l), q2 = Vec::loadu(q + F + l);
+    Vec s(0.f), a(0.f);
+    for (int64_t m = m0; m < m1; ++m) {
+      const float* kr = k_rev + m * D;
+      const Vec p = at::vec::fmadd(q1, Vec::loadu(kr + l), q2 * Vec::loadu(kr + F + l));
+      s = s + p;
+      a = a + p.abs();
+    }
+    float ts[W], ta[W];
+    s.store(ts);
+    a.store(ta);
+    for (int64_t i = 0; i < W; ++i) {
+      out_s[l + i] += ts[i];
+      out_a[l + i] += ta[i];
+    }
+  }
+  for (; l < F; ++l) {
+    float ts = 0.f, ta = 0.f;
+    for (int64_t m = m0; m < m1; ++m) {
+      const float p = q[l] * k_rev[m * D + l] + q[F + l] * k_rev[m * D + F + l];
+      ts += p;
+      ta += std::fabs(p);
+    }
+    out_s[l] += ts;
+    out_a[l] += ta;
+  }
+}
+
 // Visible reversed columns of a block: with a window only the last `window + B - 1` keys can be seen.
 inline int64_t visible_columns(int64_t i0, int64_t i1, int64_t window) {
   const int64_t B = i1 - i0;
@@ -116,7 +150,7 @@ inline int64_t visible_columns(int64_t i0, int64_t i1, int64_t window) {
 
 std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c10::optional<Tensor>& v_in, double scale,
                                  int64_t window, double softcap, int64_t block, int64_t skip, int64_t map_size,
-                                 const c10::optional<Tensor>& q_pre_in, const c10::optional<Tensor>& k_pre_in) {
+                                 const c10::optional<Tensor>& q_pre_in, const c10::optional<Tensor>& k_pre_in, bool inp) {
   // every check happens here: nothing may throw inside the OpenMP region
   // without v the call is statistics-only (counterfactual passes): no P @ V, an empty output
   const bool has_v = v_in.has_value();
@@ -155,13 +189,18 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
   const int64_t n_blocks = (N + block - 1) / block;
   const int n_threads = std::max(1, at::get_num_threads());
   const int64_t R = G * std::min(block, N);
-  std::vector<Tensor> qbufs, sbufs, obufs, lags, invs;
+  // per-plane inner products (InP, paper 004 eq. 8-9) of visible pairs with keys >= skip; planes are (l, l + D/2)
+  const int64_t F = D / 2;
+  TORCH_CHECK(!inp || D % 2 == 0, "InP sums need an even d_head");
+  std::vector<Tensor> qbufs, sbufs, obufs, lags, invs, inp_s, inp_a;
   for (int i = 0; i < n_threads; ++i) {
     qbufs.push_back(at::empty({R * D}, f32));
     sbufs.push_back(at::empty({R * N}, f32));
     obufs.push_back(at::empty({R * D}, f32));
     lags.push_back(at::zeros({H, N}, f32));
     invs.push_back(at::empty({R}, f32));
+    inp_s.push_back(at::zeros({inp ? H : 0, F}, f64));
+    inp_a.push_back(at::zeros({inp ? H : 0, F}, f64));
   }
   // items ordered by decreasing cost (late blocks see more keys) so dynamic scheduling balances
   const int64_t n_items = n_blocks * KV;
@@ -215,6 +254,12 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
         float* dst = lag_h - first;  // lag of column m is m - first
         for (int64_t m = first; m < last_slash; ++m) dst[m] += x[m] * w;
         sinkp[h * N + i0 + r] = i1 - 1 < C ? x[i1 - 1] * w : 0.f;  // zeroed already if outside the window
+        if (inp) {
+          int64_t lo, hi;
+          row_range(r, B, C, window, lo, hi);
+          inp_row(qp + (h * N + i0 + r) * D, kp + (g * N + N - i1) * D, D, lo, std::min(hi, last_slash),
+                  inp_s[tid].data_ptr<double>() + h * F, inp_a[tid].data_ptr<double>() + h * F);
+        }
         if (i0 + r < M)
           for (int64_t j = 0; j < std::min(M, i1); ++j) {
             const int64_t m = i1 - 1 - j;
@@ -237,7 +282,12 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
   }
   Tensor lag = at::zeros({H, N}, f64);
   for (auto& l : lags) lag.add_(l.to(at::kDouble));
-  return {out, lag, sink, map, sink_pre};
+  Tensor inp_signed = at::zeros({inp ? H : 0, F}, f64), inp_abs = at::zeros({inp ? H : 0, F}, f64);
+  for (int i = 0; i < n_threads; ++i) {
+    inp_signed.add_(inp_s[i]);
+    inp_abs.add_(inp_a[i]);
+  }
+  return {out, lag, sink, map, sink_pre, inp_signed, inp_abs};
 }
 
 }  // namespace
@@ -245,6 +295,6 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
 TORCH_LIBRARY(interp_kernels, m) {
   m.def(
       "stream_layer(Tensor q, Tensor k, Tensor? v, float scale, int window, float softcap, int block, int skip, "
-      "int map_size, Tensor? q_pre, Tensor? k_pre) -> Tensor[]");
+      "int map_size, Tensor? q_pre, Tensor? k_pre, bool inp=False) -> Tensor[]");
   m.impl("stream_layer", c10::DispatchKey::CPU, &stream_layer);
 }
