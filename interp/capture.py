@@ -127,7 +127,7 @@ def verify_attention(model: LoadedModel, tokens, *, atol: float = 1e-4) -> pd.Da
     """Compare the recomputed attention of every head with the model's own eager pattern.
 
     Recomputes from captured ``q_rot``/``k_rot`` with the model's scale, causal and sliding-window
-    masks, soft-capping and GQA/MQA mapping (DESIGN.md, "Rules that keep this honest").
+    masks, soft-capping and GQA/MQA mapping, so the statistics use the probabilities the model uses.
 
     Returns:
         DataFrame, one row per layer: ``layer``, ``max_abs_diff`` (over heads, queries, keys),

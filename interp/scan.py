@@ -1,6 +1,6 @@
 """The scan engine: one forward pass per prompt feeds every per-head accumulator.
 
-How it stays at forward-pass cost (DESIGN.md, "Performance model"): the HF model runs with a
+How it stays at forward-pass cost: the HF model runs with a
 registered attention function (``interp_stream``). For each layer it receives post-RoPE queries
 and keys, computes the layer's attention *exactly* in query blocks (all heads at once, exact
 log-sum-exp row normalisers, causal + sliding-window masks, GQA mapping), returns the output
@@ -45,7 +45,7 @@ _ACTIVE: contextvars.ContextVar["_Collector | None"] = contextvars.ContextVar("i
 
 @dataclass
 class ScanConfig:
-    """Settings of a scan (defaults follow DESIGN.md and the papers).
+    """Settings of a scan (defaults follow papers 004 and 001; see the README).
 
     Attributes:
         block_size: queries per attention block (memory ~ head * block_size * pos floats).

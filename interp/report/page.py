@@ -200,7 +200,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
     top = sdh.head(top_maps)
     maps = result.maps().float().cpu().numpy()
     parts = [f"<h1>Head-finding report: {html.escape(result.card.name)}</h1>",
-             '<p class="note">Measurements as defined in DESIGN.md (papers 004 and 001). Attention is recomputed exactly from '
+             '<p class="note">Measurements as defined in the interp README and docstrings (papers 004 and 001). Attention is recomputed exactly from '
              "post-RoPE queries and keys with the model's own scale and masks.</p>",
              "<h2>Model card</h2>", _table(_card_table(result), "tbl card"),
              "<h2>Per-head measurements (layer x head)</h2>", _figure(figures.metric_heatmaps(heads), "heatmaps"),

@@ -48,6 +48,7 @@ from interp.errors import ShapeError
 from interp.rope import BANDS, RopeSpec, plane_channels
 
 SKIP = 4  # keys 0..SKIP-1 dropped, as in interp.stats.slash
+_KEY_CHUNK = 64  # keys per inner chunk of inp_sums (products of one chunk stay in L2)
 
 
 def _split(x: torch.Tensor, pairing: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,8 +209,10 @@ def inp_sums(
 
     The signed sum uses the exact prefix-sum form (``inp_signed_prefix``, O(pos)). The |InP| sum is
     pairwise, computed block-wise over queries: each block of ``block_size`` queries forms the
-    ``[kv_head, group, block, keys, freq]`` products in float32 (memory ~ head x block x pos x freq floats,
-    never ``[head, pos, pos, freq]``) and adds its float32 sum into a float64 total. All heads at once.
+    ``[kv_head, group, block, keys, freq]`` products in float32, 64 keys at a time (memory ~ head x block x 64 x
+    freq floats, never ``[head, pos, pos, freq]``), sums them in float32 and adds the block's sum into a float64
+    total. All heads at once. Cost: about ``head x pos^2 / 2 x freq`` products; measured ~0.1-0.2 s per layer of
+    smollm2-135m (9 heads, 64 channels) at 1024 tokens on one core of this project's 2-core machine.
 
     Args:
         q_rot: ``[pos, head, d_head]`` post-RoPE queries of one layer (positions 0..pos-1).
@@ -236,18 +239,27 @@ def inp_sums(
     q0, q1 = (t.float().permute(1, 0, 2).reshape(n_kv, g, N, F) for t in _split(q_rot, pairing))  # [kv, g, pos, freq]
     k0, k1 = (t.float().permute(1, 0, 2).contiguous() for t in _split(k_rot, pairing))  # [kv, pos, freq]
     total = torch.zeros(n_kv, g, F, dtype=torch.float64, device=q_rot.device)
+    kc = _KEY_CHUNK
+    buf = q0.new_empty(n_kv * g * min(block_size, N) * kc * F)
     for i0 in range(min(skip, N), N, block_size):
         i1 = min(N, i0 + block_size)
+        B = i1 - i0
         lo = skip if window is None else max(skip, i0 - window + 1)
-        qi = torch.arange(i0, i1, device=q_rot.device)
-        kj = torch.arange(lo, i1, device=q_rot.device)
-        lag = qi[:, None] - kj[None, :]
-        vis = lag >= 0
-        if window is not None:
-            vis &= lag < window
-        t = q0[:, :, i0:i1, None, :] * k0[:, None, None, lo:i1, :]  # [kv, g, B, K, freq]
-        t.addcmul_(q1[:, :, i0:i1, None, :], k1[:, None, None, lo:i1, :]).abs_()
-        total += torch.einsum("vgbkf,bk->vgf", t, vis.to(t.dtype)).double()
+        qa, qb = q0[:, :, i0:i1, None, :], q1[:, :, i0:i1, None, :]
+        acc = q0.new_zeros(n_kv, g, F)
+        for j0 in range(lo, i1, kc):  # key chunks keep the temporaries in cache (~2 MB for 9 heads x 32 x 64 x 32)
+            j1 = min(i1, j0 + kc)
+            t = buf[: n_kv * g * B * (j1 - j0) * F].view(n_kv, g, B, j1 - j0, F)
+            torch.mul(qa, k0[:, None, None, j0:j1, :], out=t)
+            t.addcmul_(qb, k1[:, None, None, j0:j1, :]).abs_()
+            if j1 > i0 or (window is not None and j0 <= i1 - 1 - window):  # chunk holds future or out-of-window keys
+                lag = torch.arange(i0, i1, device=t.device)[:, None] - torch.arange(j0, j1, device=t.device)[None, :]
+                hide = lag < 0
+                if window is not None:
+                    hide |= lag >= window
+                t.masked_fill_(hide[None, None, :, :, None], 0.0)
+            acc += t.view(n_kv, g, -1, F).sum(2)
+        total += acc.double()
     i = torch.arange(N)
     count = float((i + 1 - _key_lo(i, skip, window)).clamp(min=0).sum())
     return {
