@@ -36,8 +36,8 @@ from interp.attention import attention_blocks, key_weight, lag_sums
 from interp.capture import as_tokens
 from interp.errors import ConfigError
 from interp.models import LoadedModel, ModelCard, attention_modules
-from interp.rope import RopeSpec, RopeVariant, rope_specs, rotate_variant, variant_from_dict, variant_to_dict
-from interp.stats import State, cone, maps, norms, slash, sinks, spectrum
+from interp.rope import RopeSpec, RopeVariant, default_inv_freq, rope_specs, rotate_variant, variant_from_dict, variant_to_dict
+from interp.stats import State, cone, freq, maps, norms, slash, sinks, spectrum
 
 ATTN_NAME = "interp_stream"
 _ACTIVE: contextvars.ContextVar["_Collector | None"] = contextvars.ContextVar("interp_scan", default=None)
@@ -68,6 +68,9 @@ class ScanConfig:
             pre-RoPE q/k rotated by the variant (same scale times ``variant.logit_scale``, masks, soft-cap
             and GQA mapping), exactly and block-wise like the model's own, and reduced into per-lag sums
             and the weight on token 0. The model's forward is not changed. Names must be unique.
+        inp: also sum, per head and rotation plane, InP(i, j, l) = q_rot_i^(l) . k_rot_j^(l) and |InP| over
+            every visible pair with keys >= ``skip`` (paper 004 eq. 8-9; ``interp.stats.freq``): one more pass
+            over the pairs of each tile (about +50% scan time on the fused kernel).
     """
 
     block_size: int = 32
@@ -83,6 +86,7 @@ class ScanConfig:
     counterfactual_sinks: bool = True
     tau: float = 0.95
     variants: tuple[RopeVariant, ...] = ()
+    inp: bool = False
 
     def __post_init__(self):
         if not 0 < self.long_min_frac <= 1:
@@ -156,6 +160,7 @@ def new_state(card: ModelCard, n_pos: int, cfg: ScanConfig) -> State:
         cone_pre=z(L, 4, H), cone_rot=z(L, 4, H),
         map_sum=z(L, H, cfg.map_size, cfg.map_size),
         variant_slash_mean_sum=z(len(cfg.variants), L, H, n_pos), variant_sink=z(len(cfg.variants), L, H),
+        inp_signed=z(L, H, D // 2), inp_abs=z(L, H, D // 2), inp_pairs=z(L, H),
     )
 
 
@@ -186,9 +191,13 @@ class _Collector:
         cfg, st = self.cfg, self.state
         N = q_rot.shape[0]
         q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
-        out, lag, sink, amap, sink_pre = self._attention(q_rot, k_rot, v, scale, window, softcap,
-                                                         (q_pre, k_pre) if cfg.counterfactual_sinks else None)
+        out, lag, sink, amap, sink_pre, inp = self._attention(q_rot, k_rot, v, scale, window, softcap,
+                                                              (q_pre, k_pre) if cfg.counterfactual_sinks else None, cfg.inp)
         st.add("map_sum", layer, amap)
+        if inp is not None:
+            st.add("inp_signed", layer, inp["signed"])
+            st.add("inp_abs", layer, inp["abs"])
+            st.add("inp_pairs", layer, inp["count"])
         part = slash.prompt_slash(lag, N, cfg.skip, cfg.kappa_long, self.prompt_id)
         for name in ("slash_mean_sum", "slash_sq_sum", "long_hits", "long_hit_score", "long_hit_prompt"):
             st.add(name, (layer, slice(None), slice(0, N)), part[name])
@@ -202,22 +211,29 @@ class _Collector:
         self._variants(layer, q_pre, k_pre, scale, window, softcap)
         return out
 
-    def _attention(self, q, k, v, scale, window, softcap, pre):
+    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False):
         """Exact attention of one layer and its reductions, on the fused kernel when it applies, else in Python.
 
         Returns ``(out [pos, head, d_head] (empty when v is None), lag [head, pos], sink [head, pos], map [head, M, M],
-        sink_pre [head, pos] or None)``; ``pre = (q_pre, k_pre)`` adds the pre-RoPE counterfactual weight on key 0.
+        sink_pre [head, pos] or None, inp)``; ``pre = (q_pre, k_pre)`` adds the pre-RoPE counterfactual weight on key 0;
+        with ``inp``, ``inp`` is ``interp.stats.freq.inp_sums``' dict (signed / abs ``[head, freq]``, count ``[head]``), else None.
         """
-        cfg = self.cfg
+        cfg, pairing = self.cfg, self.card.pairing
         if use_kernel(q):
             self.engine = "fused-cpu"
-            out, lag, sink, amap, sink_pre, *_ = kernels.stream_layer(
-                q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)))
-            return out, lag, sink, amap, sink_pre if pre is not None else None
+            out, lag, sink, amap, sink_pre, inp_s, inp_a = kernels.stream_layer(
+                q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)),
+                inp_pairing=pairing if inp else None)
+            sums = None
+            if inp:
+                n = freq.pair_count(q.shape[0], cfg.skip, window)
+                sums = {"signed": inp_s, "abs": inp_a, "count": torch.full((q.shape[1],), float(n), dtype=torch.float64)}
+            return out, lag, sink, amap, sink_pre if pre is not None else None, sums
         self.engine = "python"
         out, lag, sink, amap = self._blocks(q, k, v, scale, window, softcap)
         sink_pre = key_weight(*pre, scale, window, softcap, cfg.block_size, key=0) if pre is not None else None
-        return out, lag, sink, amap, sink_pre
+        sums = freq.inp_sums(q, k, pairing, cfg.skip, window, cfg.block_size) if inp else None
+        return out, lag, sink, amap, sink_pre, sums
 
     def _variants(self, layer, q_pre, k_pre, scale, window, softcap):
         """Counterfactual passes: attention with each variant's rotation of the pre-RoPE q/k (no P @ V)."""
@@ -229,7 +245,7 @@ class _Collector:
         for i, var in enumerate(self.cfg.variants):
             q = rotate_variant(q_pre, pos, spec, var, self.tokens)
             k = rotate_variant(k_pre, pos, spec, var, self.tokens)
-            _, lag, sink, _, _ = self._attention(q, k, None, scale * var.logit_scale(N), window, softcap, None)
+            _, lag, sink, _, _, _ = self._attention(q, k, None, scale * var.logit_scale(N), window, softcap, None)
             part = slash.prompt_slash(lag, N, self.cfg.skip)
             self.state.add("variant_slash_mean_sum", (i, layer, slice(None), slice(0, N)), part["slash_mean_sum"])
             self.state.add("variant_sink", (i, layer), sink.double().mean(-1))
@@ -422,6 +438,7 @@ def scan(
             model.hf.base_model(t[None].to(model.device), use_cache=False)
     info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
             "engine": collector.engine, "prompt_ids": [int(i) for i in ids],
+            "inv_freq": [spec.inv_freq.tolist() for spec in rope_specs(model.hf)],
             "sample_tokens": [model.tokenizer.decode([int(i)]) for i in toks[0][: cfg.map_size]]}
     return ScanResult(model.card, cfg, state, {**info, **(meta or {})})
 
@@ -461,7 +478,8 @@ def head_table(result: ScanResult) -> pd.DataFrame:
     ``r1_k``, ``R95_k`` (pre-RoPE); ``srank_q_pre``, ``srank_q_rot``, ``srank_k_pre``, ``srank_k_rot``;
     ``fsv_ratio_q``, ``fsv_ratio_k``, ``fsv_lemma1_q``, ``fsv_lemma1_k``; ``norm_rv_q``, ``norm_rv_k``;
     ``key0_norm_ratio``; ``sink_weight``, ``sink_weight_norope``, ``has_sink``; ``cos_qq_pre``,
-    ``cos_kk_pre``, ``cos_qk_pre``, ``qk_angle_pre``, and the same ``_rot`` (post-RoPE).
+    ``cos_kk_pre``, ``cos_qk_pre``, ``qk_angle_pre``, and the same ``_rot`` (post-RoPE); with ``config.inp``
+    the per-plane columns of ``inp_columns``.
     """
     st, card, cfg = result.state, result.card, result.config
     L, H, g = card.n_layers, card.n_heads, card.group_size
@@ -497,6 +515,8 @@ def head_table(result: ScanResult) -> pd.DataFrame:
     cols["sink_weight"] = st["sink_rope"] / P
     cols["sink_weight_norope"] = st["sink_norope"] / P if cfg.counterfactual_sinks else torch.full((L, H), torch.nan)
     cols["has_sink"] = sinks.sink_flag(cols["sink_weight"], cfg.sink_eps)
+    if cfg.inp:
+        cols.update(inp_columns(st))
     for tag in ("pre", "rot"):
         c = st[f"cone_{tag}"] / P
         for i, name in enumerate(("cos_qq", "cos_kk", "cos_qk", "qk_angle")):
@@ -506,6 +526,53 @@ def head_table(result: ScanResult) -> pd.DataFrame:
     for c in ("layer", "head", "kv_head"):
         df[c] = df[c].astype(int)
     return df
+
+
+def inp_columns(state: State) -> dict[str, torch.Tensor]:
+    """Per-head summaries of the InP spectrum (paper 004 Sec. 4, App. D; ``interp.stats.freq``), ``[layer, head]`` each.
+
+    ``inp_active_abs`` / ``inp_active_signed``: number of active planes (mean |InP| or signed mean >= 0.1 x its
+    maximum over planes); ``inp_top_plane``: plane with the largest mean |InP| (0 = highest frequency);
+    ``inp_active_high``, ``inp_active_medium``, ``inp_active_low``: active planes (by |InP|) in each band
+    (``numpy.array_split`` thirds, as the band ablation).
+    """
+    mean_s, mean_a = freq.inp_means({"signed": state["inp_signed"], "abs": state["inp_abs"], "count": state["inp_pairs"]})
+    act_a, act_s = freq.active_planes(mean_a), freq.active_planes(mean_s)
+    out = {"inp_active_abs": act_a.sum(-1).double(), "inp_active_signed": act_s.sum(-1).double(),
+           "inp_top_plane": mean_a.nan_to_num(nan=-1.0).argmax(-1).double()}
+    for band, idx in zip(("high", "medium", "low"), np.array_split(np.arange(mean_a.shape[-1]), 3)):
+        out[f"inp_active_{band}"] = act_a[..., torch.as_tensor(idx)].sum(-1).double()
+    return out
+
+
+def layer_inv_freq(result: ScanResult) -> torch.Tensor:
+    """``[layer, freq]`` RoPE frequencies (radians per position) the scanned model used (recorded in ``meta``), or the
+    default RoPE of the card's per-layer base for scans that did not record them."""
+    if "inv_freq" in result.meta:
+        return torch.tensor(result.meta["inv_freq"], dtype=torch.float64)
+    c = result.card
+    return torch.stack([default_inv_freq(t, c.d_head).double() for t in c.rope_theta])
+
+
+def inp_spectrum(result: ScanResult) -> pd.DataFrame:
+    """Tidy per-plane InP table: ``layer, head, freq, period`` (positions per turn), ``mean_inp`` (signed),
+    ``mean_abs_inp``, ``active_abs``, ``active_signed`` (004 eq. 8-9, Sec. 4). One row per (layer, head, freq).
+
+    Raises:
+        ValueError: the scan ran without ``ScanConfig(inp=True)``.
+    """
+    if not result.config.inp:
+        raise ValueError("this scan has no InP sums: scan with ScanConfig(inp=True) (interp ablate does)")
+    st, card = result.state, result.card
+    mean_s, mean_a = freq.inp_means({"signed": st["inp_signed"], "abs": st["inp_abs"], "count": st["inp_pairs"]})
+    L, H, F = mean_a.shape
+    periods = freq.period(layer_inv_freq(result))  # [layer, freq]
+    idx = pd.MultiIndex.from_product([range(L), range(H), range(F)], names=["layer", "head", "freq"])
+    return pd.DataFrame({
+        "period": periods[:, None, :].expand(L, H, F).reshape(-1).numpy(),
+        "mean_inp": mean_s.reshape(-1).numpy(), "mean_abs_inp": mean_a.reshape(-1).numpy(),
+        "active_abs": freq.active_planes(mean_a).reshape(-1).numpy(), "active_signed": freq.active_planes(mean_s).reshape(-1).numpy(),
+    }, index=idx).reset_index()
 
 
 def add_ood(heads: pd.DataFrame, ood: ScanResult) -> pd.DataFrame:

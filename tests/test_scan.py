@@ -172,3 +172,40 @@ def test_variants_survive_save_and_load(tiny_llama, tmp_path):
     torch.testing.assert_close(back.variant_scores("wo_low"), res.variant_scores("wo_low"), equal_nan=True)
     with pytest.raises(KeyError, match="no counterfactual variant 'wo_ultra'"):
         res.variant_scores("wo_ultra")
+
+
+def test_inp_sums_in_the_scan_equal_the_pairwise_definition(tiny, engine):
+    """Issue 7, item 1: the scan's per-plane InP accumulator (signed and |.|, visible pairs, keys >= 4) equals the
+    plane-wise products of the captured post-RoPE q/k summed pair by pair, averaged over prompts."""
+    from interp.rope import plane_channels
+    from interp.scan import inp_spectrum
+
+    c = tiny.card
+    prompts = [random_tokens(n, seed=s) for s, n in ((3, 41), (4, 30))]
+    res = scan(tiny, prompts, ScanConfig(block_size=8, map_size=8, inp=True))
+    ch = plane_channels(c.d_head, c.pairing)
+    signed = torch.zeros(c.n_layers, c.n_heads, c.d_head // 2, dtype=torch.float64)
+    absol, pairs = torch.zeros_like(signed), torch.zeros(c.n_layers, c.n_heads, dtype=torch.float64)
+    for p in prompts:
+        cap = capture(tiny, p)
+        N = p.numel()
+        i, j = torch.arange(N)[:, None], torch.arange(N)[None, :]
+        for l in range(c.n_layers):
+            w = c.sliding_window[l]
+            ok = (j <= i) & (j >= slash.SKIP) & ((i - j < w) if w else True)
+            q, k = cap.q_rot[l].double(), expand_kv(cap.k_rot[l], c.n_heads).double()
+            prod = torch.einsum("ihf,jhf->hijf", q[..., ch[:, 0]], k[..., ch[:, 0]]) + torch.einsum("ihf,jhf->hijf", q[..., ch[:, 1]], k[..., ch[:, 1]])
+            prod = prod * ok[None, :, :, None]
+            signed[l] += prod.sum((1, 2))
+            absol[l] += prod.abs().sum((1, 2))
+            pairs[l] += ok.sum()
+    torch.testing.assert_close(res.state["inp_signed"], signed, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(res.state["inp_abs"], absol, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(res.state["inp_pairs"], pairs)
+    spec = inp_spectrum(res)
+    assert len(spec) == c.n_layers * c.n_heads * c.d_head // 2
+    r = spec.iloc[5]
+    assert r.mean_abs_inp == pytest.approx((absol / pairs[..., None])[int(r.layer), int(r["head"]), int(r.freq)].item(), rel=1e-4)
+    h = res.heads
+    assert (h["inp_active_abs"] == h["inp_active_high"] + h["inp_active_medium"] + h["inp_active_low"]).all()
+    assert (h["inp_active_abs"] >= 1).all()
