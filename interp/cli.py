@@ -82,6 +82,7 @@ def scan(
     shard: Optional[str] = typer.Option(None, help="I/N: scan only prompts i with i % N == I and write raw state"),
     block_size: int = typer.Option(32, help="queries per attention block"),
     long_min_frac: float = typer.Option(2 / 3, help="a long lag is an SDH only if it holds in at least this fraction of prompts"),
+    inp: bool = typer.Option(False, "--inp", help="also the per-plane InP spectrum of every head (paper 004 eq. 8-9; ~+50% time)"),
     counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
                                         help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
     device: Optional[str] = typer.Option(None, help="cpu | cuda (default: cuda if available)"),
@@ -97,7 +98,7 @@ def scan(
     try:
         with console.status(f"loading {model}"):
             m = load_model(model, device=device)
-        cfg = ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, long_min_frac=long_min_frac)  # checks ranges
+        cfg = ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, long_min_frac=long_min_frac, inp=inp)  # checks ranges
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)[i::n]
         ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
         meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
@@ -164,7 +165,7 @@ def ablate(
         with console.status(f"loading {model}"):
             m = load_model(model, device=device)
         variants = band_variants(m.card.d_head // 2, n_remove, extra)
-        cfg = ScanConfig(block_size=block_size, variants=variants)
+        cfg = ScanConfig(block_size=block_size, variants=variants, inp=True)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
         result = run_scan(m, p, cfg, progress=True, meta={"corpus": corpus, "seed": seed})
         cause = None

@@ -105,3 +105,12 @@ def band_ratio_box(table: pd.DataFrame, title: str = "Slash score with a band of
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     fig.update_layout(title=title, yaxis_title="ablated / original slash score", showlegend=False, height=420)
     return fig
+
+
+def plane_heatmap(z: np.ndarray, labels: list[str], title: str) -> go.Figure:
+    """Heads x rotation planes heatmap (``z`` ``[head, freq]``, e.g. mean |InP| / its maximum per head)."""
+    fig = go.Figure(go.Heatmap(z=z, y=labels, x=list(range(z.shape[1])), colorscale="Blues", zmin=0, zmax=1,
+                               hovertemplate="%{y} plane %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="plane (0 = highest frequency)", yaxis=dict(autorange="reversed", type="category"),
+                      height=max(300, 16 * len(labels) + 140))
+    return fig

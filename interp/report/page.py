@@ -96,7 +96,17 @@ def _picker_data(result: ScanResult) -> dict:
         "long_d": long_d.tolist(),
         "long": scores[..., long_d].round(7).tolist() if long_d.size else [],
         "tokens": result.meta.get("sample_tokens", [])[:M],
+        **_plane_data(result),
     }
+
+
+def _plane_data(result: ScanResult) -> dict:
+    """Per-head mean |InP| and signed mean per plane for the picker (empty without ``ScanConfig.inp``)."""
+    if not result.config.inp:
+        return {"planes": [], "planes_s": []}
+    st = result.state
+    c = st["inp_pairs"].clamp(min=1)[..., None]
+    return {"planes": (st["inp_abs"] / c).float().numpy().round(5).tolist(), "planes_s": (st["inp_signed"] / c).float().numpy().round(5).tolist()}
 
 
 _PICKER_JS = """
@@ -116,7 +126,13 @@ function show(){ var l = +document.getElementById('pick-layer').value, h = +docu
   if (D.long.length) tr.push({x: D.long_d, y: D.long[l][h], mode: 'lines', name: 'long lags', xaxis: 'x2', yaxis: 'y2'});
   Plotly.react('pick-slash', tr, {title: 'L' + l + 'H' + h + ': slash spectrum (average slash score vs lag)',
      grid: {rows: 1, columns: D.long.length ? 2 : 1, pattern: 'independent'}, yaxis: {type: 'log', title: 'score'},
-     yaxis2: {type: 'log'}, xaxis: {title: 'lag'}, xaxis2: {title: 'lag'}, height: 380}); }
+     yaxis2: {type: 'log'}, xaxis: {title: 'lag'}, xaxis2: {title: 'lag'}, height: 380});
+  if (D.planes.length) { var a = D.planes[l][h], mx = Math.max.apply(null, a);
+    Plotly.react('pick-planes', [{type: 'bar', x: a.map(function(_, i){return i;}), y: a, name: 'mean |InP|',
+        marker: {color: a.map(function(v){return v >= 0.1 * mx ? '#08519c' : '#bdd7e7';})}},
+      {x: a.map(function(_, i){return i;}), y: D.planes_s[l][h], mode: 'lines+markers', name: 'mean InP (signed)'}],
+      {title: 'L' + l + 'H' + h + ': InP per rotation plane (dark: active, mean |InP| >= 0.1 x max)',
+       xaxis: {title: 'plane (0 = highest frequency)'}, yaxis: {title: 'mean over visible pairs'}, height: 360}); } }
 var ls = document.getElementById('pick-layer'), hs = document.getElementById('pick-head');
 for (var l = 0; l < D.L; l++) ls.add(new Option('layer ' + l, l));
 for (var h = 0; h < D.H; h++) hs.add(new Option('head ' + h, h));
@@ -187,6 +203,16 @@ def _frequency_section(result: ScanResult, heads: pd.DataFrame, causal: pd.DataF
                   '<div class="scroll">' + _table(table) + "</div>"]
     else:
         parts.append('<p class="note">No slash-dominant heads in this scan.</p>')
+    if result.config.inp and len(table):
+        st = result.state
+        mean_abs = (st["inp_abs"] / st["inp_pairs"].clamp(min=1)[..., None]).numpy()
+        z = np.stack([mean_abs[r.layer, r.head] / max(mean_abs[r.layer, r.head].max(), 1e-30) for r in table.itertuples()])
+        labels = [f"L{r.layer}H{r.head} lag {r.delta}" for r in table.itertuples()]
+        parts += ["<h3>Which planes the slash-dominant heads use: mean |InP| per plane</h3>",
+                  '<p class="note">InP(i, j, l) = q_rot_i^(l) . k_rot_j^(l), the part of the logit carried by plane l (paper 004, eq. 8-9), '
+                  "averaged in absolute value over the visible pairs (keys 0..3 dropped) and divided by each head's maximum; "
+                  "planes at >= 0.1 are active (004 Sec. 4). The picker above shows any head's spectrum, signed mean too.</p>",
+                  _figure(figures.plane_heatmap(z, labels, "SDHs: mean |InP| per plane / head maximum"), "plane-heatmap")]
     if causal is not None and len(causal):
         parts += ["<h3>Causal ablation: the model run with each band unrotated</h3>",
                   '<p class="note">Mean next-token negative log-likelihood (nats per token) on the same prompts.</p>', _table(causal)]
@@ -211,7 +237,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
         parts += ["<h2>Average attention maps of the top SDHs</h2>", _figure(figures.sdh_maps(maps, top), "sdh-maps")]
     parts += ['<h2 id="picker">Any head: average attention map and slash spectrum</h2>',
               '<select id="pick-layer"></select> <select id="pick-head"></select>',
-              '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div>']
+              '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div><div id="pick-planes" class="fig"></div>']
     parts += _long_range_section(result, heads)
     parts += _frequency_section(result, heads, causal)
     if heads["sink_weight_norope"].notna().any():
