@@ -23,11 +23,13 @@ Quick use::
 from interp import corpus, rope
 from interp.models import ModelCard, LoadedModel, load_model, zoo_table
 from interp.capture import Capture, capture, expand_kv, verify_attention
-from interp.scan import ScanConfig, ScanResult, scan, merge_results
+from interp.scan import ScanConfig, ScanResult, scan, merge_results, inp_spectrum
+from interp import ablation, intervene
 from interp.report import write_report
 
 __all__ = [
     "ModelCard", "LoadedModel", "load_model", "zoo_table",
     "Capture", "capture", "expand_kv", "verify_attention",
-    "ScanConfig", "ScanResult", "scan", "merge_results", "write_report", "corpus", "rope",
+    "ScanConfig", "ScanResult", "scan", "merge_results", "inp_spectrum", "write_report", "corpus", "rope",
+    "ablation", "intervene",
 ]
