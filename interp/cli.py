@@ -16,6 +16,14 @@ app = typer.Typer(help="Attention-geometry toolkit: find slash-dominant heads, s
 console = Console()
 
 
+# options shared by the commands that scan a corpus
+MODEL = typer.Argument("smollm2-135m", help="zoo name or local:PATH")
+CORPUS = typer.Option("pydoc", help="pydoc | stdlib | random")
+PROMPTS = typer.Option(8, help="number of prompts")
+TOKENS = typer.Option(1024, help="tokens per prompt")
+SEED = typer.Option(0, help="prompt selection seed")
+
+
 def _fail(err: Exception) -> None:
     console.print(f"[bold red]error:[/] {err}")
     raise typer.Exit(2)
@@ -72,11 +80,11 @@ def _shard(spec: Optional[str]) -> tuple[int, int]:
 
 @app.command()
 def scan(
-    model: str = typer.Argument("smollm2-135m", help="zoo name or local:PATH"),
-    corpus: str = typer.Option("pydoc", help="pydoc | stdlib | random"),
-    prompts: int = typer.Option(8, help="number of prompts"),
-    tokens: int = typer.Option(1024, help="tokens per prompt"),
-    seed: int = typer.Option(0, help="prompt selection seed"),
+    model: str = MODEL,
+    corpus: str = CORPUS,
+    prompts: int = PROMPTS,
+    tokens: int = TOKENS,
+    seed: int = SEED,
     out: Path = typer.Option(Path("out/scan"), help="output folder"),
     ood: bool = typer.Option(False, "--ood", help="also scan random-token prompts and report OOD ratios"),
     shard: Optional[str] = typer.Option(None, help="I/N: scan only prompts i with i % N == I and write raw state"),
@@ -133,11 +141,11 @@ def _int_list(spec: Optional[str], what: str) -> Optional[list[int]]:
 
 @app.command()
 def ablate(
-    model: str = typer.Argument("smollm2-135m", help="zoo name or local:PATH"),
-    corpus: str = typer.Option("pydoc", help="pydoc | stdlib | random"),
-    prompts: int = typer.Option(8, help="number of prompts"),
-    tokens: int = typer.Option(1024, help="tokens per prompt"),
-    seed: int = typer.Option(0, help="prompt selection seed"),
+    model: str = MODEL,
+    corpus: str = CORPUS,
+    prompts: int = PROMPTS,
+    tokens: int = TOKENS,
+    seed: int = SEED,
     out: Path = typer.Option(Path("out/ablate"), help="output folder"),
     n_remove: int = typer.Option(6, help="planes left unrotated per band (paper 004: 6)"),
     planes: Optional[str] = typer.Option(None, help="also ablate this set of planes, e.g. 0,1,2 (named 'custom')"),
