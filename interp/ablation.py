@@ -21,7 +21,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from interp.intervene import mean_nll, rope_intervention
 from interp.models import LoadedModel
@@ -115,7 +114,6 @@ def causal_ablation(model: LoadedModel, prompts, variants: Iterable[RopeVariant]
     base = baseline if baseline is not None else scan(model, prompts, cfg, progress=progress)
     bh = base.heads
     nll0 = mean_nll(model, prompts)
-    L, H = model.card.n_layers, model.card.n_heads
     lidx, hidx = bh["layer"].to_numpy(), bh["head"].to_numpy()
     d = bh["slash_delta"].fillna(0).to_numpy().astype(int)
     summary, per_head = [], []

@@ -7,6 +7,9 @@ frequency) turns by angle ``theta_freq * pos`` with ``theta_freq = base ** (-2 f
 - ``"rotate_half"`` (every HF model): plane l = channels (l, l + d_head/2).
 - ``"interleaved"`` (the papers' notation, and GPT-J style): plane l = channels (2l, 2l + 1).
 
+More variants (partial, p-RoPE, RoPE-ID, PI, YaRN, 2D ...) live in ``interp.rope_variants``; point clouds
+under a rotation (paper 001 Lemma 1, Theorem 1, Fig. 7) in ``interp.stats.clouds``.
+
 Leaf module: imports nothing from interp but errors.
 """
 
@@ -15,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
-
 import torch
 from jaxtyping import Bool, Float
 

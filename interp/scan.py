@@ -563,7 +563,7 @@ def inp_spectrum(result: ScanResult) -> pd.DataFrame:
     """
     if not result.config.inp:
         raise ValueError("this scan has no InP sums: scan with ScanConfig(inp=True) (interp ablate does)")
-    st, card = result.state, result.card
+    st = result.state
     mean_s, mean_a = freq.inp_means({"signed": st["inp_signed"], "abs": st["inp_abs"], "count": st["inp_pairs"]})
     L, H, F = mean_a.shape
     periods = freq.period(layer_inv_freq(result))  # [layer, freq]

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import torch
 
 from interp.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
 from interp.intervene import mean_nll, rope_intervention

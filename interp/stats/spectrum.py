@@ -47,3 +47,24 @@ def lemma1_alpha(G: Float[torch.Tensor, "... d d"], pairing: str = "rotate_half"
 def fsv_prediction(G: Float[torch.Tensor, "... d d"], pairing: str = "rotate_half") -> torch.Tensor:
     """Lemma 1's FSV ratio ``max_k alpha_k / sqrt 2`` (long-input limit)."""
     return lemma1_alpha(G, pairing).max(-1).values / math.sqrt(2)
+
+
+def srank_prediction(G: Float[torch.Tensor, "... d d"], pairing: str = "rotate_half") -> torch.Tensor:
+    """Theorem 1's stable-rank ratio ``srank(R(X)) / srank(X) -> 2 / max_k alpha_k^2`` (paper 001, Theorem 1, App. A.1).
+
+    ``alpha_k`` as in ``lemma1_alpha`` (norm of the top right singular vector of X in rotation plane k,
+    model pairing), from the pre-RoPE Gram matrix ``G = X^T X``. The theorem assumes ``X = u v^T`` (rank 1)
+    with slowly varying ``u`` and n -> inf; the value lies in ``[2, d]`` (2: all energy in one plane;
+    d: spread evenly over all planes). Equals ``1 / fsv_prediction(G) ** 2``.
+
+    Args:
+        G: ``[..., d, d]`` pre-RoPE Gram matrices (e.g. ``ScanResult.state["gram_k_pre"]``).
+        pairing: ``"rotate_half"`` (HF models) or ``"interleaved"``.
+
+    Returns:
+        ``[...]`` float64 predicted ratio (dimensionless).
+
+    Raises:
+        ValueError: unknown pairing or odd ``d`` (from ``plane_channels``).
+    """
+    return 2.0 / lemma1_alpha(G, pairing).max(-1).values ** 2
