@@ -149,6 +149,7 @@ def ablate(
     out: Path = typer.Option(Path("out/ablate"), help="output folder"),
     n_remove: int = typer.Option(6, help="planes left unrotated per band (paper 004: 6)"),
     planes: Optional[str] = typer.Option(None, help="also ablate this set of planes, e.g. 0,1,2 (named 'custom')"),
+    variant: List[str] = typer.Option([], help="also any RoPE variant: partial:F, p-rope:F, rope-id, pi:X, yarn:X, scaled:X, shuffled:SEED (repeatable)"),
     all_heads: bool = typer.Option(False, "--all-heads", help="band_ablation.csv for every head, not only the SDHs"),
     causal: bool = typer.Option(False, "--causal", help="also run the model itself with each band unrotated (NLL, downstream changes)"),
     layers: Optional[str] = typer.Option(None, help="layers of the causal ablation, e.g. 0,1,2 (default all)"),
@@ -163,6 +164,7 @@ def ablate(
     """
     from interp import corpus as corpus_mod
     from interp.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
+    from interp.rope_variants import parse_variant
     from interp.models import load_model
     from interp.report.bundle import write_outputs
     from interp.scan import ScanConfig, scan as run_scan
@@ -172,7 +174,7 @@ def ablate(
     try:
         with console.status(f"loading {model}"):
             m = load_model(model, device=device)
-        variants = band_variants(m.card.d_head // 2, n_remove, extra)
+        variants = band_variants(m.card.d_head // 2, n_remove, extra) + tuple(parse_variant(v) for v in variant)
         cfg = ScanConfig(block_size=block_size, variants=variants, inp=True)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
         result = run_scan(m, p, cfg, progress=True, meta={"corpus": corpus, "seed": seed})

@@ -502,3 +502,31 @@ def variant_frequencies(variant: RopeVariant, spec: RopeSpec) -> Float[torch.Ten
     if not torch.allclose(ang, pos.double()[:, None] * f[None, :], rtol=1e-5, atol=1e-6):
         raise ValueError(f"variant {variant.name!r}: angles are not linear in the position; no frequencies")
     return f
+
+
+_PARSERS = {
+    "partial": (PartialRope, float), "p-rope": (PRope, float), "rope-id": (RopeID, float), "pi": (PositionInterpolation, float),
+    "yarn": (Yarn, float), "scaled": (ScaledRope, float), "shuffled": (ShuffledRope, int),
+}
+
+
+def parse_variant(spec: str) -> RopeVariant:
+    """A variant from a short text, as the command line takes it: ``KIND[:VALUE]``.
+
+    Kinds: ``partial:F`` (``PartialRope``, rotate the highest-frequency fraction F), ``p-rope:F`` (``PRope``, drop the
+    lowest fraction F), ``rope-id`` (``RopeID``), ``pi:FACTOR``, ``yarn:FACTOR``, ``scaled:FACTOR``, ``shuffled:SEED``;
+    without a value each class's default is used.
+
+    Raises:
+        ValueError: an unknown kind or a value that is not a number (the message lists the kinds).
+    """
+    kind, _, value = spec.strip().partition(":")
+    if kind not in _PARSERS:
+        raise ValueError(f"unknown RoPE variant {spec!r}; use one of {', '.join(k + '[:value]' for k in _PARSERS)}")
+    cls, conv = _PARSERS[kind]
+    if not value:
+        return cls()
+    try:
+        return cls(conv(value))
+    except ValueError as e:
+        raise ValueError(f"bad value in RoPE variant {spec!r}: {e}") from None

@@ -46,13 +46,13 @@ def test_bad_long_min_frac_is_one_line(tmp_path):
 def test_ablate_writes_the_band_table_and_the_causal_summary(tmp_path):
     out = tmp_path / "abl"
     res = runner.invoke(app, ["ablate", "tiny-llama", "--prompts", "2", "--tokens", "48", "--out", str(out), "--causal",
-                              "--n-remove", "2", "--planes", "1,2", "--all-heads"])
+                              "--n-remove", "2", "--planes", "1,2", "--all-heads", "--variant", "rope-id"])
     assert res.exit_code == 0, res.output
     t = pd.read_csv(out / "band_ablation.csv")
     assert {"layer", "head", "delta", "original", "wo_high", "wo_medium", "wo_low", "custom"} <= set(t.columns)
     assert len(t) == 2 * 4  # tiny-llama: 2 layers x 4 heads, --all-heads
     c = pd.read_csv(out / "causal_ablation.csv")
-    assert list(c.columns) == ["band", "layers", "nll_original", "nll", "delta_nll"] and list(c["band"]) == ["wo_high", "wo_medium", "wo_low", "custom"]
+    assert list(c.columns) == ["band", "layers", "nll_original", "nll", "delta_nll"] and list(c["band"]) == ["wo_high", "wo_medium", "wo_low", "custom", "rope_id"]
     assert (c["layers"] == "all").all()
     page = (out / "report.html").read_text()
     assert "Frequencies: band ablation" in page and "Causal ablation" in page

@@ -385,3 +385,16 @@ def test_quick_fig7_script(tmp_path):
     assert row["fsv_ratio"] == pytest.approx(s_rot[0] / s_pre[0], rel=1e-4)
     for stem in ("rope_variants_fig7_ones", "rope_variants_fig7_models"):
         assert (tmp_path / f"{stem}.html").exists()
+
+
+def test_parse_variant_reads_the_command_line_forms():
+    from interp.rope_variants import parse_variant
+
+    assert parse_variant("partial:0.25") == PartialRope(0.25)
+    assert parse_variant("rope-id") == RopeID()
+    assert parse_variant("shuffled:3") == ShuffledRope(3)
+    assert parse_variant("yarn:8") == Yarn(8.0)
+    with pytest.raises(ValueError, match="unknown RoPE variant 'warp'"):
+        parse_variant("warp")
+    with pytest.raises(ValueError, match="bad value"):
+        parse_variant("scaled:fast")
