@@ -161,6 +161,7 @@ def new_state(card: ModelCard, n_pos: int, cfg: ScanConfig) -> State:
         map_sum=z(L, H, cfg.map_size, cfg.map_size),
         variant_slash_mean_sum=z(len(cfg.variants), L, H, n_pos), variant_sink=z(len(cfg.variants), L, H),
         inp_signed=z(L, H, D // 2), inp_abs=z(L, H, D // 2), inp_pairs=z(L, H),
+        inp_query_map=z(L, H, cfg.map_size if cfg.inp else 0, D // 2),
     )
 
 
@@ -195,6 +196,8 @@ class _Collector:
                                                               (q_pre, k_pre) if cfg.counterfactual_sinks else None, cfg.inp)
         st.add("map_sum", layer, amap)
         if inp is not None:
+            M = min(cfg.map_size, N)
+            st.add("inp_query_map", (layer, slice(None), slice(0, M)), freq.query_inp(q_rot, k_rot, M - 1, M, self.card.pairing))
             st.add("inp_signed", layer, inp["signed"])
             st.add("inp_abs", layer, inp["abs"])
             st.add("inp_pairs", layer, inp["count"])
@@ -347,6 +350,17 @@ class ScanResult:
         i = self.config.variant_index(name)
         n = self.state["slash_prompts"]
         return self.state["variant_slash_mean_sum"][i] / torch.where(n > 0, n, torch.nan)
+
+    def inp_query_map(self) -> torch.Tensor:
+        """``[layer, head, k_pos, freq]`` InP(i, j, l) of query ``i = map_size - 1`` with keys ``j = 0..map_size-1``, mean over
+        prompts (paper 004 Fig. 7 shows one prompt's; keys include the sink). Needs ``ScanConfig(inp=True)``.
+
+        Raises:
+            ValueError: the scan ran without InP.
+        """
+        if not self.config.inp:
+            raise ValueError("this scan has no InP sums: scan with ScanConfig(inp=True) (interp ablate does)")
+        return self.state["inp_query_map"] / self.state["prompts"][0]
 
     def long_lag_range(self) -> range:
         """Long lags that fit the scanned prompts with ``long_min_entries`` entries each (may be empty)."""

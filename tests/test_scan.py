@@ -209,3 +209,14 @@ def test_inp_sums_in_the_scan_equal_the_pairwise_definition(tiny, engine):
     h = res.heads
     assert (h["inp_active_abs"] == h["inp_active_high"] + h["inp_active_medium"] + h["inp_active_low"]).all()
     assert (h["inp_active_abs"] >= 1).all()
+
+
+def test_inp_query_map_sums_to_the_logits(tiny_llama):
+    """The scan's Fig. 7 map: summed over planes and times the scale it is the query's logit row (one prompt)."""
+    p = random_tokens(30, seed=8)
+    res = scan(tiny_llama, [p], ScanConfig(block_size=8, map_size=16, inp=True))
+    cap = capture(tiny_llama, p)
+    c = tiny_llama.card
+    for l in range(c.n_layers):
+        logits = torch.einsum("hd,jhd->hj", cap.q_rot[l][15].double(), expand_kv(cap.k_rot[l], c.n_heads)[:16].double())
+        torch.testing.assert_close(res.inp_query_map()[l].sum(-1), logits, atol=1e-4, rtol=1e-4)

@@ -103,10 +103,12 @@ def _picker_data(result: ScanResult) -> dict:
 def _plane_data(result: ScanResult) -> dict:
     """Per-head mean |InP| and signed mean per plane for the picker (empty without ``ScanConfig.inp``)."""
     if not result.config.inp:
-        return {"planes": [], "planes_s": []}
+        return {"planes": [], "planes_s": [], "inpq": "", "inpq_shape": [0, 0]}
     st = result.state
     c = st["inp_pairs"].clamp(min=1)[..., None]
-    return {"planes": (st["inp_abs"] / c).float().numpy().round(5).tolist(), "planes_s": (st["inp_signed"] / c).float().numpy().round(5).tolist()}
+    qmap = result.inp_query_map().float().cpu().numpy()  # [layer, head, key, freq]
+    return {"planes": (st["inp_abs"] / c).float().numpy().round(5).tolist(), "planes_s": (st["inp_signed"] / c).float().numpy().round(5).tolist(),
+            "inpq": base64.b64encode(qmap.astype("<f4").tobytes()).decode(), "inpq_shape": list(qmap.shape[2:])}
 
 
 _PICKER_JS = """
@@ -115,6 +117,9 @@ var D = %s;
 var raw = atob(D.maps), buf = new Uint8Array(raw.length);
 for (var i = 0; i < raw.length; i++) buf[i] = raw.charCodeAt(i);
 var maps = new Float32Array(buf.buffer);
+var inpq = new Float32Array(0);
+if (D.inpq) { var r2 = atob(D.inpq), b2 = new Uint8Array(r2.length); for (var i2 = 0; i2 < r2.length; i2++) b2[i2] = r2.charCodeAt(i2);
+  inpq = new Float32Array(b2.buffer); }
 function mapOf(l, h){ var z = [], M = D.M, o = (l * D.H + h) * M * M;
   for (var r = 0; r < M; r++) z.push(Array.from(maps.subarray(o + r * M, o + (r + 1) * M))); return z; }
 function show(){ var l = +document.getElementById('pick-layer').value, h = +document.getElementById('pick-head').value;
@@ -132,7 +137,12 @@ function show(){ var l = +document.getElementById('pick-layer').value, h = +docu
         marker: {color: a.map(function(v){return v >= 0.1 * mx ? '#08519c' : '#bdd7e7';})}},
       {x: a.map(function(_, i){return i;}), y: D.planes_s[l][h], mode: 'lines+markers', name: 'mean InP (signed)'}],
       {title: 'L' + l + 'H' + h + ': InP per rotation plane (dark: active, mean |InP| >= 0.1 x max)',
-       xaxis: {title: 'plane (0 = highest frequency)'}, yaxis: {title: 'mean over visible pairs'}, height: 360}); } }
+       xaxis: {title: 'plane (0 = highest frequency)'}, yaxis: {title: 'mean over visible pairs'}, height: 360});
+    var K = D.inpq_shape[0], F = D.inpq_shape[1], o = (l * D.H + h) * K * F, z = [];
+    for (var j = 0; j < K; j++) z.push(Array.from(inpq.subarray(o + j * F, o + (j + 1) * F)));
+    Plotly.react('pick-inp', [{type: 'heatmap', z: z, colorscale: 'RdBu', zmid: 0, hovertemplate: 'key %%{y} plane %%{x}: %%{z:.3f}<extra></extra>'}],
+      {title: 'L' + l + 'H' + h + ': InP(i, j, l) for query i = ' + (K - 1) + ' (mean over prompts; paper 004 Fig. 7)',
+       xaxis: {title: 'plane (0 = highest frequency)'}, yaxis: {title: 'key position j', autorange: 'reversed'}, height: 480}); } }
 var ls = document.getElementById('pick-layer'), hs = document.getElementById('pick-head');
 for (var l = 0; l < D.L; l++) ls.add(new Option('layer ' + l, l));
 for (var h = 0; h < D.H; h++) hs.add(new Option('head ' + h, h));
@@ -237,7 +247,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
         parts += ["<h2>Average attention maps of the top SDHs</h2>", _figure(figures.sdh_maps(maps, top), "sdh-maps")]
     parts += ['<h2 id="picker">Any head: average attention map and slash spectrum</h2>',
               '<select id="pick-layer"></select> <select id="pick-head"></select>',
-              '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div><div id="pick-planes" class="fig"></div>']
+              '<div id="pick-map" class="fig"></div><div id="pick-slash" class="fig"></div><div id="pick-planes" class="fig"></div><div id="pick-inp" class="fig"></div>']
     parts += _long_range_section(result, heads)
     parts += _frequency_section(result, heads, causal)
     if heads["sink_weight_norope"].notna().any():

@@ -344,3 +344,23 @@ def band_counts(active: Bool[torch.Tensor, "freq"]) -> dict[str, int]:
 def period(inv_freq: Float[torch.Tensor, "freq"]) -> Float[torch.Tensor, "freq"]:
     """Period of each plane in positions, ``2 pi / theta_l``."""
     return 2 * math.pi / inv_freq.double()
+
+
+def query_inp(
+    q_rot: Float[torch.Tensor, "pos head d_head"], k_rot: Float[torch.Tensor, "pos kv_head d_head"], query: int, n_keys: int,
+    pairing: str = "rotate_half",
+) -> Float[torch.Tensor, "head k_pos freq"]:
+    """InP(query, j, l) for keys ``j = 0..n_keys-1`` of every head, from post-RoPE vectors (004 Fig. 7, all heads at once).
+
+    Equals ``inp_matrix`` (from pre-RoPE vectors) head by head; GQA: query head h reads kv head ``h // group``.
+
+    Raises:
+        ShapeError: as ``inp_sums``; ValueError: ``query`` or ``n_keys`` outside the prompt.
+    """
+    _check_rot(q_rot, k_rot)
+    N, H, _ = q_rot.shape
+    if not (0 <= query < N and 0 < n_keys <= N):
+        raise ValueError(f"query_inp needs 0 <= query < {N} and 0 < n_keys <= {N}; got {query}, {n_keys}")
+    q0, q1 = (t[query].double() for t in _split(q_rot, pairing))  # [head, freq]
+    k0, k1 = (t[:n_keys].double().repeat_interleave(H // k_rot.shape[1], dim=1) for t in _split(k_rot, pairing))  # [k, head, freq]
+    return (q0[None] * k0 + q1[None] * k1).permute(1, 0, 2)
