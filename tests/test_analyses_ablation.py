@@ -32,3 +32,15 @@ def test_quick_band_ablation_writes_table5_and_fig8(tmp_path):
     assert (tmp_path / "band_ablation_table5.csv").exists() and (tmp_path / "band_ablation_fig8.html").exists()
     c = out["causal"]
     assert list(c["band"]) == ["wo_high", "wo_medium", "wo_low"] and np.isfinite(c["delta_nll"]).all()
+
+
+@pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
+def test_quick_inp_pulse_scores_every_sdh(tmp_path):
+    spec = importlib.util.spec_from_file_location("inp_pulse", SCRIPT.with_name("inp_pulse.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    t = mod.main(["--quick", "--out", str(tmp_path)])["table"]
+    assert len(t) > 0 and (t["n_active_abs"] == t["active_high"] + t["active_medium"] + t["active_low"]).all()
+    scored = t[t["lag"] >= 1]
+    assert (scored["hit_abs"] == (scored["peak_abs"] == scored["lag"])).all() and t.loc[t["lag"] == 0, "hit_abs"].isna().all()
+    assert (tmp_path / "pulse_check.csv").exists() and (tmp_path / "inp_fig7.html").exists()
