@@ -68,12 +68,14 @@ def pulse_table(name: str, res: interp.ScanResult) -> pd.DataFrame:
 
 def fig7(panels: list[tuple[str, np.ndarray]]) -> go.Figure:
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _ in panels])
-    for c, (_, z) in enumerate(panels, start=1):
-        fig.add_trace(go.Heatmap(z=z, colorscale="RdBu", zmid=0, showscale=c == len(panels),
-                                 hovertemplate="key %{y} plane %{x}: %{z:.3f}<extra></extra>"), row=1, col=c)
+    for c, (_, z) in enumerate(panels, start=1):  # each panel over its own max |InP|: models' logit scales differ
+        fig.add_trace(go.Heatmap(z=z / max(np.abs(z).max(), 1e-30), coloraxis="coloraxis", customdata=z,
+                                 hovertemplate="key %{y} plane %{x}: InP %{customdata:.3f}<extra></extra>"), row=1, col=c)
         fig.update_xaxes(title_text="plane (0 = highest frequency)", row=1, col=c)
-    fig.update_yaxes(autorange="reversed", title_text="key position j", col=1)
-    fig.update_layout(title="InP(i = 63, j, l) of the top SDH of each model (mean over prompts; analogue of paper 004 Fig. 7)",
+        fig.update_yaxes(autorange="reversed", row=1, col=c)
+    fig.update_yaxes(title_text="key position j", col=1)
+    fig.update_layout(coloraxis=dict(colorscale="RdBu", cmin=-1, cmax=1, colorbar=dict(title="InP / max |InP|")),
+                      title="InP(i = 63, j, l) of the top SDH of each model (mean over prompts; analogue of paper 004 Fig. 7)",
                       height=520, width=420 * len(panels))
     return fig
 
