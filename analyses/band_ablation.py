@@ -19,6 +19,7 @@ then
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -28,8 +29,9 @@ import plotly.graph_objects as go
 import interp
 from interp.ablation import band_ablation_table, band_variants, causal_ablation
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["smollm2-135m", "gemma-3-270m", "qwen2.5-coder-0.5b"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
+from _common import FIGURES, MODELS, save_figure  # noqa: E402
+
 BANDS = ["wo_high", "wo_medium", "wo_low"]
 
 
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--quick", action="store_true", help="smollm2-135m only, 2 prompts x 256 tokens (for tests)")
-    ap.add_argument("--out", type=Path, default=ROOT / "figures")
+    ap.add_argument("--out", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256
@@ -126,12 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     s = summary(table)
     s.round(4).to_csv(args.out / "band_ablation_summary.csv", index=False)
     print(s.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    fig = fig8(table)
-    fig.write_html(args.out / "band_ablation_fig8.html", include_plotlyjs="cdn")
-    try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
-        fig.write_image(args.out / "band_ablation_fig8.png", scale=1)
-    except Exception as e:  # noqa: BLE001  the HTML is written either way
-        print(f"PNG export skipped: {str(e)[:200]}")
+    save_figure(fig8(table), args.out, "band_ablation_fig8")
     out = {"table": table, "table5": t5, "summary": s}
     if causal:
         c = pd.concat(causal, ignore_index=True)[["model", "band", "layers", "nll_original", "nll", "delta_nll"]]

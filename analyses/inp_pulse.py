@@ -19,6 +19,7 @@ then
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -32,8 +33,9 @@ import interp
 from interp.scan import layer_inv_freq
 from interp.stats import freq
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["smollm2-135m", "gemma-3-270m", "qwen2.5-coder-0.5b"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
+from _common import FIGURES, MODELS, save_figure  # noqa: E402
+
 X_MAX = 64
 
 
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--quick", action="store_true", help="smollm2-135m only, 2 prompts x 256 tokens (for tests)")
-    ap.add_argument("--out", type=Path, default=ROOT / "figures")
+    ap.add_argument("--out", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256
@@ -129,12 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
     table = pd.concat(tables, ignore_index=True)
     table.to_csv(args.out / "pulse_check.csv", index=False)
     out = {"table": table}
-    for fig, stem in ((fig7(panels), "inp_fig7"), (fig23(curves), "pulse_fig23")):
-        fig.write_html(args.out / f"{stem}.html", include_plotlyjs="cdn")
-        try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
-            fig.write_image(args.out / f"{stem}.png", scale=1)
-        except Exception as e:  # noqa: BLE001  the HTML is written either way
-            print(f"PNG export of {stem} skipped: {str(e)[:200]}")
+    save_figure(fig7(panels), args.out, "inp_fig7")
+    save_figure(fig23(curves), args.out, "pulse_fig23")
     return out
 
 

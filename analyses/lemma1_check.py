@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,8 +42,9 @@ from interp.rope import rope_specs
 from interp.stats.clouds import rank1_rotated_gram
 from interp.stats import spectrum
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["smollm2-135m", "gemma-3-270m", "qwen2.5-coder-0.5b"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
+from _common import FIGURES, MODELS, save_figure  # noqa: E402
+
 LONG, HUGE = 32768, 2**30  # the rank-1 model also at a long context and near n -> inf (closed form, any n)
 
 
@@ -166,14 +168,6 @@ def scatter(df: pd.DataFrame, finite_n: bool) -> go.Figure:
     return fig
 
 
-def _save(fig: go.Figure, out: Path, stem: str) -> str:
-    fig.write_html(out / f"{stem}.html", include_plotlyjs="cdn")
-    try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
-        fig.write_image(out / f"{stem}.png", scale=1)
-        return "png+html"
-    except Exception as e:  # noqa: BLE001  the HTML is written either way
-        print(f"PNG export of {stem} skipped ({str(e)[:200]}); wrote {stem}.html")
-        return "html"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -182,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
     ap.add_argument("--prompts", type=int, default=1, help="prompts per length (Grams summed over them)")
     ap.add_argument("--quick", action="store_true", help="smollm2-135m only, 1 prompt of 128 and 256 tokens (for tests)")
-    ap.add_argument("--out", type=Path, default=ROOT / "figures")
+    ap.add_argument("--out", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.lengths, args.prompts = ["smollm2-135m"], [128, 256], 1
@@ -216,8 +210,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"over {len(df)} (head, n); measured > Lemma 1 in {(df['fsv_measured'] > df['fsv_lemma1']).mean():.1%}")
     lemma2 = float((df["srank_measured"] * df["fsv_measured"] ** 2 - 1).abs().max())
     print(f"Lemma 2 (RoPE keeps ||X||_F): srank ratio = 1 / FSV ratio^2 for every head, max |srank * fsv^2 - 1| = {lemma2:.1e}")
-    figs = {"scatter": _save(scatter(df, finite_n=False), args.out, "lemma1_scatter"),
-            "scatter_finite_n": _save(scatter(df, finite_n=True), args.out, "lemma1_scatter_finite_n")}
+    figs = {"scatter": save_figure(scatter(df, finite_n=False), args.out, "lemma1_scatter"),
+            "scatter_finite_n": save_figure(scatter(df, finite_n=True), args.out, "lemma1_scatter_finite_n")}
     print(f"\nwrote {args.out}/lemma1_* in {time.perf_counter() - t_start:.0f} s")
     return {"heads": df, "summary": summ, "figures": figs}
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,8 +46,9 @@ from interp.rope_variants import (PRope, PartialRope, PositionInterpolation, Rop
 from interp.stats.clouds import cloud_ratios, ones_cloud_limit
 from interp.stats import spectrum
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["smollm2-135m", "gemma-3-270m", "qwen2.5-coder-0.5b"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
+from _common import FIGURES, MODELS, save_figure  # noqa: E402
+
 D = 128
 TRAIN = 4096  # Fig. 7's hypothetical training length
 LINE = 64  # synthetic line width for 2D-RoPE on the all-ones cloud (63 tokens + a line break)
@@ -215,14 +217,6 @@ def fig_models(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _save(fig: go.Figure, out: Path, stem: str) -> str:
-    fig.write_html(out / f"{stem}.html", include_plotlyjs="cdn")
-    try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
-        fig.write_image(out / f"{stem}.png", scale=1)
-        return "png+html"
-    except Exception as e:  # noqa: BLE001  the HTML is written either way
-        print(f"PNG export of {stem} skipped ({str(e)[:200]}); wrote {stem}.html")
-        return "html"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -231,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=2048, help="prompt length for the real key clouds")
     ap.add_argument("--n-max", type=int, default=16384, help="longest all-ones cloud")
     ap.add_argument("--quick", action="store_true", help="n up to 4096, smollm2-135m only at 256 tokens (for tests)")
-    ap.add_argument("--out", type=Path, default=ROOT / "figures")
+    ap.add_argument("--out", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.tokens, args.n_max = ["smollm2-135m"], 256, 4096
@@ -248,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = wide.join(limits.set_index("label")[["fsv_ratio_n2^20", "fsv_ratio_limit", "srank_ratio_limit"]])
     print(f"All-ones cloud, d = {D}: FSV ratio at n (explicit) and the large-n limits (closed form)")
     print(table.to_string(float_format=lambda v: f"{v:.4f}"))
-    png = {"ones": _save(fig_ones(ones, limits), args.out, "rope_variants_fig7_ones")}
+    png = {"ones": save_figure(fig_ones(ones, limits), args.out, "rope_variants_fig7_ones")}
 
     frames, infos = [], []
     for name in args.models:
@@ -273,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("\nReal pre-RoPE key clouds at the longest n: mean over (layer, kv head); lemma1_pred = (1/sqrt 2) max_k alpha_k (n -> inf)")
         print(summ.pivot_table(index="variant", columns="group", values="fsv_ratio", sort=False).to_string(float_format=lambda v: f"{v:.3f}"))
         print(summ.pivot_table(index="variant", columns="group", values="srank_ratio", sort=False).to_string(float_format=lambda v: f"{v:.2f}"))
-        png["models"] = _save(fig_models(models), args.out, "rope_variants_fig7_models")
+        png["models"] = save_figure(fig_models(models), args.out, "rope_variants_fig7_models")
         out.update(models=models, summary=summ)
     out["figures"] = png
     print(f"\nwrote {args.out}/rope_variants_fig7_* in {time.perf_counter() - t_start:.0f} s")

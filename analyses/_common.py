@@ -1,0 +1,26 @@
+"""What every analysis script shares: where figures go, the zoo models it runs on, saving a figure as HTML + PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ROOT / "figures"
+MODELS = ["smollm2-135m", "gemma-3-270m", "qwen2.5-coder-0.5b"]
+
+
+def save_figure(fig: go.Figure, out: Path, stem: str) -> str:
+    """Write ``out/stem.html`` (plotly.js from its CDN) and ``out/stem.png``; returns what was written.
+
+    PNG export needs kaleido and a Chromium (``pip install kaleido``; ``apt-get install chromium``); without them
+    the HTML alone is written and a line says so.
+    """
+    fig.write_html(out / f"{stem}.html", include_plotlyjs="cdn")
+    try:
+        fig.write_image(out / f"{stem}.png", scale=1)
+        return "png+html"
+    except Exception as e:  # noqa: BLE001  the HTML is written either way
+        print(f"PNG export of {stem} skipped ({str(e)[:200]}); wrote {stem}.html")
+        return "html"
