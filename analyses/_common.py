@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+from contextlib import contextmanager
 from pathlib import Path
 
 import plotly.graph_objects as go
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
@@ -24,3 +27,23 @@ def save_figure(fig: go.Figure, out: Path, stem: str) -> str:
     except Exception as e:  # noqa: BLE001  the HTML is written either way
         print(f"PNG export of {stem} skipped ({str(e)[:200]}); wrote {stem}.html")
         return "html"
+
+
+@contextmanager
+def one_thread():
+    """Small float64 ops on one thread: with two OpenMP threads each op can wait milliseconds for a busy core."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def parser(doc: str, quick_help: str) -> argparse.ArgumentParser:
+    """The options every analysis script takes: ``--models``, ``--quick`` (seconds, for the tests) and ``--out``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--out", type=Path, default=FIGURES)
+    return ap

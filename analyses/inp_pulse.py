@@ -18,7 +18,6 @@ then
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from interp.scan import layer_inv_freq
 from interp.stats import freq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import FIGURES, MODELS, save_figure  # noqa: E402
+from _common import parser, save_figure  # noqa: E402
 
 X_MAX = 64
 
@@ -93,12 +92,9 @@ def fig23(curves: list[tuple[str, np.ndarray, int]]) -> go.Figure:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap = parser(__doc__, "smollm2-135m only, 2 prompts x 256 tokens (for tests)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=1024)
-    ap.add_argument("--quick", action="store_true", help="smollm2-135m only, 2 prompts x 256 tokens (for tests)")
-    ap.add_argument("--out", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256

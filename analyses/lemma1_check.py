@@ -23,11 +23,9 @@ Theorem 1) and ``lemma1_scatter_finite_n.png/.html`` (measured vs the rank-1 mod
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -43,20 +41,11 @@ from interp.stats.clouds import rank1_rotated_gram
 from interp.stats import spectrum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import FIGURES, MODELS, save_figure  # noqa: E402
+from _common import one_thread, parser, save_figure  # noqa: E402
 
 LONG, HUGE = 32768, 2**30  # the rank-1 model also at a long context and near n -> inf (closed form, any n)
 
 
-@contextmanager
-def one_thread():
-    """Small float64 ops on one thread: with two OpenMP threads each op can wait milliseconds for a busy core."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def layer_type(model, layer: int) -> str:
@@ -171,12 +160,9 @@ def scatter(df: pd.DataFrame, finite_n: bool) -> go.Figure:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap = parser(__doc__, "smollm2-135m only, 1 prompt of 128 and 256 tokens (for tests)")
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
     ap.add_argument("--prompts", type=int, default=1, help="prompts per length (Grams summed over them)")
-    ap.add_argument("--quick", action="store_true", help="smollm2-135m only, 1 prompt of 128 and 256 tokens (for tests)")
-    ap.add_argument("--out", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.lengths, args.prompts = ["smollm2-135m"], [128, 256], 1

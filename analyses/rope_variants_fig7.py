@@ -25,11 +25,9 @@ Writes into ``--out`` (default ``figures/``): ``rope_variants_fig7_ones.csv``, `
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +45,7 @@ from interp.stats.clouds import cloud_ratios, ones_cloud_limit
 from interp.stats import spectrum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import FIGURES, MODELS, save_figure  # noqa: E402
+from _common import one_thread, parser, save_figure  # noqa: E402
 
 D = 128
 TRAIN = 4096  # Fig. 7's hypothetical training length
@@ -82,15 +80,6 @@ def model_variants(newlines: tuple[int, ...]) -> list[RopeVariant]:
             ScaledRope(0.5), ShuffledRope(0), Rope2D(newlines)]
 
 
-@contextmanager
-def one_thread():
-    """Small float64 tensor ops on one thread: with two OpenMP threads each op can wait milliseconds for a busy core."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def n_grid(n_max: int, points: int) -> list[int]:
@@ -220,12 +209,9 @@ def fig_models(df: pd.DataFrame) -> go.Figure:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap = parser(__doc__, "n up to 4096, smollm2-135m only at 256 tokens (for tests)")
     ap.add_argument("--tokens", type=int, default=2048, help="prompt length for the real key clouds")
     ap.add_argument("--n-max", type=int, default=16384, help="longest all-ones cloud")
-    ap.add_argument("--quick", action="store_true", help="n up to 4096, smollm2-135m only at 256 tokens (for tests)")
-    ap.add_argument("--out", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.tokens, args.n_max = ["smollm2-135m"], 256, 4096
