@@ -57,3 +57,14 @@ def test_long_range_section_puts_consistent_heads_first_and_marks_content_repeat
     rep_row = repeats.split("<tbody>")[1].split("</tr>")[0]
     cells = re.findall(r"<td>([^<]*)</td>", rep_row)
     assert cells[:3] == ["0", "0", str(LAG_REPEAT)] and cells[4:7] == ["1", "3", "2"]  # 1 of 3 prompts: prompt 2
+
+
+def test_inp_heatmap_shows_keys_by_planes(tiny_llama):
+    from interp.report.figures import inp_heatmap
+
+    res = scan(tiny_llama, [random_tokens(40, seed=1)], ScanConfig(map_size=16, inp=True))
+    z = res.inp_query_map()[1, 2].numpy()
+    fig = inp_heatmap(z, 15)
+    assert fig.data[0].z.shape == (16, tiny_llama.card.d_head // 2) and fig.layout.yaxis.autorange == "reversed"
+    page = render(res)
+    assert 'id="pick-inp"' in page and '"inpq_shape": [16, 8]' in page

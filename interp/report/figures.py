@@ -114,3 +114,19 @@ def plane_heatmap(z: np.ndarray, labels: list[str], title: str) -> go.Figure:
     fig.update_layout(title=title, xaxis_title="plane (0 = highest frequency)", yaxis=dict(autorange="reversed", type="category"),
                       height=max(300, 16 * len(labels) + 140))
     return fig
+
+
+def inp_heatmap(inp: np.ndarray, query: int, title: str = "") -> go.Figure:
+    """Paper 004 Fig. 7: InP(query, j, l) as keys (rows) x rotation planes (columns), diverging around 0.
+
+    Args:
+        inp: ``[k_pos, freq]`` InP of one head and query (``interp.stats.freq.inp_matrix`` for one prompt, or
+            ``ScanResult.inp_query_map()[layer, head]`` for the mean over a scan's prompts).
+        query: the query position i (for the title).
+    """
+    z = np.asarray(inp, dtype=float)
+    fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", zmid=0, colorbar=dict(title="InP"),
+                               hovertemplate="key %{y} plane %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title or f"InP(i = {query}, j, l): keys x planes (paper 004 Fig. 7)", height=520,
+                      xaxis_title="plane (0 = highest frequency)", yaxis=dict(title="key position j", autorange="reversed"))
+    return fig
