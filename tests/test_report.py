@@ -68,3 +68,18 @@ def test_inp_heatmap_shows_keys_by_planes(tiny_llama):
     assert fig.data[0].z.shape == (16, tiny_llama.card.d_head // 2) and fig.layout.yaxis.autorange == "reversed"
     page = render(res)
     assert 'id="pick-inp"' in page and '"inpq_shape": [16, 8]' in page
+
+
+def test_embedded_inp_map_decodes_to_the_scan_values(tiny_llama):
+    """The picker's int16 InP map, decoded as the page's script does, equals the scan's map to 2e-5 of each head's max."""
+    import base64
+
+    import numpy as np
+
+    from interp.report.page import _picker_data
+
+    res = scan(tiny_llama, [random_tokens(40, seed=1)], ScanConfig(map_size=16, inp=True))
+    d = _picker_data(res)
+    q = np.frombuffer(base64.b64decode(d["inpq"]), dtype="<i2").reshape(2, 4, 16, 8) * np.array(d["inpq_scale"])[:, :, None, None]
+    want = res.inp_query_map().numpy()
+    assert np.abs(q - want).max() <= 2e-5 * np.abs(want).max()
