@@ -36,7 +36,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 import interp
-from interp.rope import rope_specs
+from interp.arch import rope_specs
 from interp.stats.clouds import rank1_rotated_gram
 from interp.stats import spectrum
 

@@ -38,7 +38,8 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 import interp
-from interp.rope import RopeSpec, RopeVariant, default_inv_freq, rope_specs
+from interp.arch import rope_specs
+from interp.rope import RopeSpec, RopeVariant, default_inv_freq
 from interp.rope_variants import (PRope, PartialRope, PositionInterpolation, Rope2D, RopeID, ScaledRope, ShuffledRope, Yarn,
                                   newline_token_ids)
 from interp.stats.clouds import cloud_ratios, ones_cloud_limit
@@ -108,28 +109,13 @@ def ones_cloud(n_max: int, points: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def pre_rope_keys(model, tokens: torch.Tensor) -> list[torch.Tensor]:
-    """Per layer ``[pos, kv_head, d_head]`` pre-RoPE keys from forward hooks (the scan's hook points), one sdpa forward."""
-    from interp.models import attention_modules
+    """Per layer ``[pos, kv_head, d_head]`` pre-RoPE keys, as the scan reads them (``interp.taps``), one forward."""
+    from interp.taps import attention_taps
 
     keys: dict[int, torch.Tensor] = {}
-    handles = []
-    d = model.card.d_head
-    for layer, attn in enumerate(attention_modules(model.hf)):
-        norm = getattr(attn, "k_norm", None)
-        heads_first = norm is not None and model.card.architecture.startswith("Gemma3")  # Gemma-3 norms after the head transpose
-
-        def hook(_m, _inp, out, layer=layer, heads_first=heads_first):
-            x = out[0]
-            keys[layer] = (x.transpose(0, 1) if heads_first else x.reshape(x.shape[0], -1, d)).detach().float().cpu()
-
-        handles.append((norm or attn.k_proj).register_forward_hook(hook))
-    try:
-        with torch.inference_mode():
-            model.hf.base_model(tokens[None].to(model.device), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
-    return [keys[l] for l in range(len(keys))]
+    with torch.inference_mode(), attention_taps(model, lambda call: keys.__setitem__(call.layer, call.pre()[1].cpu())):
+        model.hf.base_model(tokens[None].to(model.device), use_cache=False)
+    return [keys[layer] for layer in range(model.card.n_layers)]
 
 
 def layer_group(model, layer: int, spec: RopeSpec) -> str:

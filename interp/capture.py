@@ -1,14 +1,15 @@
-"""Capture pre- and post-RoPE queries and keys of one prompt through the TransformerBridge.
+"""Capture pre- and post-RoPE queries and keys of one prompt, and the model's own attention.
 
-Hook points read (TransformerLens names; ``L`` is the layer):
+Values are read at each layer's attention call (``interp.taps``), so capture works the same on every
+covered family (``interp.arch``):
 
-- ``blocks.L.attn.hook_q`` / ``hook_k``: ``[batch, pos, head|kv_head, d_head]`` projections (bias included).
-- ``blocks.L.attn.hook_q_normed`` / ``hook_k_normed`` (Gemma-3 QK-norm): ``[batch, head, pos, d_head]``.
-  Where present these are what RoPE rotates, so they are the pre-RoPE vectors.
-- ``blocks.L.attn.hook_rot_q`` / ``hook_rot_k``: ``[batch, pos, head|kv_head, d_head]`` after RoPE.
-- ``blocks.L.attn.hook_pattern``: ``[batch, head, q_pos, k_pos]`` the model's eager probabilities.
+- ``q_rot`` / ``k_rot``: what the model hands its attention function (post-RoPE, after any QK-norm and bias);
+- ``q_pre`` / ``k_pre``: the same vectors with the model's own cos/sin tables undone (exact up to float
+  rounding; the tests check them against each family's projections computed from its weights, and
+  against TransformerLens' ``hook_q``/``hook_k`` where the bridge has them);
+- ``patterns``: the model's own *eager* attention probabilities, from its modeling file's eager function.
 
-Everything is returned in the canonical layout ``[pos, head, d_head]`` (keys per ``kv_head``).
+Everything is returned in the canonical layout ``[pos, head, d_head]`` (keys per ``kv_head``), float32.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from jaxtyping import Float
 from interp.attention import attention_pattern, expand_kv
 from interp.errors import PromptError, ShapeError
 from interp.models import LoadedModel
+from interp.taps import AttentionCall, attention_taps
 
 __all__ = ["Capture", "capture", "expand_kv", "verify_attention", "as_tokens"]
 
@@ -50,8 +52,11 @@ class Capture:
         return len(self.q_pre)
 
 
-def as_tokens(model: LoadedModel, tokens) -> torch.Tensor:
+def as_tokens(model: LoadedModel, tokens, *, beyond_context: bool = False) -> torch.Tensor:
     """``[pos]`` int64 token ids from a string, list or tensor; checks vocabulary and context length.
+
+    Args:
+        beyond_context: allow prompts longer than the model's context (positions out of distribution).
 
     Raises:
         PromptError: empty prompt, ids outside the vocabulary, or longer than the model's context.
@@ -70,7 +75,7 @@ def as_tokens(model: LoadedModel, tokens) -> torch.Tensor:
     card = model.card
     if tokens.numel() == 0:
         raise PromptError("empty prompt: pass at least one token")
-    if tokens.numel() > card.context_length:
+    if tokens.numel() > card.context_length and not beyond_context:
         raise PromptError(
             f"prompt has {tokens.numel()} tokens but {card.name} accepts at most {card.context_length}; shorten it"
         )
@@ -79,42 +84,36 @@ def as_tokens(model: LoadedModel, tokens) -> torch.Tensor:
     return tokens
 
 
-def capture(model: LoadedModel, tokens, *, patterns: bool = False) -> Capture:
-    """Run one prompt through the bridge and return every layer's pre/post-RoPE q and k.
+def capture(model: LoadedModel, tokens, *, patterns: bool = False, beyond_context: bool = False) -> Capture:
+    """Run one prompt through the model and return every layer's pre/post-RoPE q and k.
 
     Args:
-        model: a loaded model (its ``bridge`` is booted on first use).
+        model: a loaded model.
         tokens: a string, or ``[pos]`` / ``[1, pos]`` token ids.
-        patterns: also keep the model's eager attention patterns ``[head, q_pos, k_pos]`` (O(pos^2) memory).
+        patterns: also keep the model's own eager attention ``[head, q_pos, k_pos]`` (O(pos^2) memory;
+            the forward then runs the eager implementation).
+        beyond_context: allow a prompt longer than the model's context.
 
     Raises:
         PromptError / ShapeError: see ``as_tokens``.
+        UnsupportedModelError: see ``interp.arch.family``.
     """
-    toks = as_tokens(model, tokens)
-    bridge = model.bridge
-    qk_norm = model.card.qk_norm
-    wanted = ("hook_q_normed", "hook_k_normed") if qk_norm else ("hook_q", "hook_k")
-    wanted += ("hook_rot_q", "hook_rot_k") + (("hook_pattern",) if patterns else ())
-
-    def keep(name: str) -> bool:
-        return name.startswith("blocks.") and name.rsplit(".", 1)[-1] in wanted
-
-    with torch.no_grad():
-        _, cache = bridge.run_with_cache(toks[None].to(model.device), names_filter=keep)
-
-    def get(layer: int, hook: str) -> torch.Tensor:
-        t = cache[f"blocks.{layer}.attn.{hook}"][0]
-        return t.transpose(0, 1) if hook.endswith("_normed") else t  # normed hooks are [head, pos, d]
-
+    toks = as_tokens(model, tokens, beyond_context=beyond_context)
     L = model.card.n_layers
-    return Capture(
-        tokens=toks,
-        q_pre=[get(l, wanted[0]) for l in range(L)],
-        k_pre=[get(l, wanted[1]) for l in range(L)],
-        q_rot=[get(l, "hook_rot_q") for l in range(L)],
-        k_rot=[get(l, "hook_rot_k") for l in range(L)],
-        patterns=[get(l, "hook_pattern") for l in range(L)] if patterns else None,
-    )
+    got: dict[str, list] = {k: [None] * L for k in ("q_pre", "k_pre", "q_rot", "k_rot", "patterns")}
+
+    def keep(call: AttentionCall) -> torch.Tensor:
+        got["q_pre"][call.layer], got["k_pre"][call.layer] = call.pre()
+        got["q_rot"][call.layer], got["k_rot"][call.layer] = call.query.float(), call.key.float()
+        out, weights = call.default()
+        if patterns:
+            got["patterns"][call.layer] = weights.float()
+        return out
+
+    with torch.no_grad(), attention_taps(model, keep, implementation="eager" if patterns else None):
+        model.hf.base_model(toks[None].to(model.device), use_cache=False)
+    return Capture(tokens=toks, q_pre=got["q_pre"], k_pre=got["k_pre"], q_rot=got["q_rot"], k_rot=got["k_rot"],
+                   patterns=got["patterns"] if patterns else None)
 
 
 def recompute_pattern(model: LoadedModel, cap: Capture, layer: int) -> Float[torch.Tensor, "head q_pos k_pos"]:

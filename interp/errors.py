@@ -30,3 +30,19 @@ class ShapeError(InterpError, ValueError):
 
 class ConfigError(InterpError, ValueError):
     """A setting outside its valid range."""
+
+
+class UnsupportedModelError(InterpError, ValueError):
+    """A model interp cannot measure (no RoPE, no attention modules, unknown pairing); the message names what is missing."""
+
+
+class ModelLoadError(InterpError):
+    """A model folder, hub id or weights file that cannot be loaded (bad config.json, missing or damaged weights)."""
+
+
+class CorruptStateError(InterpError):
+    """A ``state.pt`` / ``scan.json`` that cannot be read as a scan's saved state."""
+
+
+class DeviceError(InterpError, ValueError):
+    """A device or dtype that is unknown or not available on this machine."""

@@ -20,22 +20,27 @@ from typing import Iterable, Iterator
 
 import torch
 
-from interp.models import LoadedModel, attention_modules
-from interp.rope import RopeSpec, RopeVariant, plane_channels, rope_specs
+from interp.arch import attention_modules, family
+from interp.errors import UnsupportedModelError
+from interp.models import LoadedModel
+from interp.arch import rope_specs
+from interp.rope import RopeSpec, RopeVariant, plane_channels
 
 
 def variant_tables(spec: RopeSpec, variant: RopeVariant, positions: torch.Tensor, tokens: torch.Tensor | None = None,
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cos, sin)``, each ``[pos, d_head]``, as HF attention layers consume them, for one layer and variant.
+    """``(cos, sin)``, each ``[pos, rotary_dim]``, as HF attention layers consume them, for one layer and variant.
 
     Plane l's angle goes to both of its channels (``interp.rope.plane_channels`` of the spec's pairing);
-    values include ``spec.scaling`` and ``sqrt(variant.logit_scale(len(positions)))``.
+    values include ``spec.scaling`` and ``sqrt(variant.logit_scale(len(positions)))``. With partial rotary
+    only the rotating channels have table entries (the model passes the rest through).
     """
-    ang = variant.angles(spec, positions, tokens).float()  # [pos, freq]
-    ch = plane_channels(spec.d_head, spec.pairing).to(ang.device)
+    r = spec.rotary_dim
+    ang = variant.angles(spec, positions, tokens).float()[:, : r // 2]  # [pos, freq] of the rotating planes
+    ch = plane_channels(spec.d_head, spec.pairing)[: r // 2].to(ang.device)
     amp = spec.scaling * math.sqrt(variant.logit_scale(int(positions.numel())))
-    cos = ang.new_empty(ang.shape[0], spec.d_head)
-    sin = ang.new_empty(ang.shape[0], spec.d_head)
+    cos = ang.new_empty(ang.shape[0], r)
+    sin = ang.new_empty(ang.shape[0], r)
     for c in (0, 1):
         cos[:, ch[:, c]] = ang.cos() * amp
         sin[:, ch[:, c]] = ang.sin() * amp
@@ -51,8 +56,12 @@ def rope_intervention(model: LoadedModel, variant: RopeVariant, layers: Iterable
 
     Raises:
         ValueError: a layer index outside ``0..n_layers-1``.
+        UnsupportedModelError: a family whose attention does not receive its RoPE tables (GPT-J builds its own).
     """
     hf = model.hf
+    if family(hf).call != "interface":
+        raise UnsupportedModelError(f"{model.card.name}: causal RoPE interventions replace the cos/sin tables that attention "
+                                    f"receives, and {model.card.family} builds its own; use the scan's counterfactual variants")
     specs = rope_specs(hf)
     chosen = sorted(set(range(len(specs)) if layers is None else layers))
     if any(not 0 <= l < len(specs) for l in chosen):

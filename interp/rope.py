@@ -6,6 +6,12 @@ frequency) turns by angle ``theta_freq * pos`` with ``theta_freq = base ** (-2 f
 
 - ``"rotate_half"`` (every HF model): plane l = channels (l, l + d_head/2).
 - ``"interleaved"`` (the papers' notation, and GPT-J style): plane l = channels (2l, 2l + 1).
+- ``"rotate_half:R"`` (partial rotary with rotate-half, e.g. GPT-NeoX, StableLM: only the first R
+  channels rotate): plane l < R/2 = channels (l, l + R/2); the ``d_head - R`` channels after them are
+  never rotated and form the zero-frequency planes (R + 2m, R + 2m + 1). Partial *interleaved* rotary
+  (GPT-J) needs no suffix: its unrotated tail pairs as (2l, 2l + 1) like the rest.
+
+A model's ``RopeSpec`` has ``d_head / 2`` planes in this order; unrotated planes have ``inv_freq = 0``.
 
 More variants (partial, p-RoPE, RoPE-ID, PI, YaRN, 2D ...) live in ``interp.rope_variants``; point clouds
 under a rotation (paper 001 Lemma 1, Theorem 1, Fig. 7) in ``interp.stats.clouds``.
@@ -31,9 +37,10 @@ class RopeSpec:
     """RoPE of one layer.
 
     Attributes:
-        inv_freq: ``[freq]`` angular frequency of each plane, radians per position.
+        inv_freq: ``[freq]`` angular frequency of each plane, radians per position (0 for planes that
+            partial rotary leaves unrotated).
         scaling: multiplier on cos/sin (1.0 for default RoPE; rope types such as YaRN set it).
-        pairing: ``"rotate_half"`` or ``"interleaved"``.
+        pairing: ``"rotate_half"``, ``"interleaved"`` or ``"rotate_half:R"`` (see the module docstring).
     """
 
     inv_freq: Float[torch.Tensor, "freq"]
@@ -44,6 +51,14 @@ class RopeSpec:
     def d_head(self) -> int:
         """Channels per head (two per plane)."""
         return 2 * self.inv_freq.numel()
+
+    @property
+    def rotary_dim(self) -> int:
+        """Channels that rotate: R of a ``"rotate_half:R"`` pairing, else the zero-frequency tail excluded."""
+        _, _, width = self.pairing.partition(":")
+        if width:
+            return int(width)
+        return 2 * int((self.inv_freq != 0).sum()) if self.pairing == "interleaved" else self.d_head
 
     @property
     def base(self) -> float:
@@ -57,41 +72,71 @@ def default_inv_freq(base: float, d_head: int) -> Float[torch.Tensor, "freq"]:
     return 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.float) / d_head))
 
 
-def rope_specs(hf_model: torch.nn.Module) -> list[RopeSpec]:
-    """Per-layer RoPE read from a HF model's rotary-embedding module (the frequencies it really uses).
-
-    Gemma-3 keeps one set per layer type (``sliding_attention_inv_freq``, ``full_attention_inv_freq``);
-    other models keep one ``inv_freq``. Pairing is ``rotate_half`` for every HF model.
-    """
-    inner = getattr(hf_model, "model", hf_model)
-    rot = inner.rotary_emb
-    cfg = hf_model.config
-    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
-    specs = []
-    for t in types:
-        if hasattr(rot, f"{t}_inv_freq"):
-            inv, scale = getattr(rot, f"{t}_inv_freq"), getattr(rot, f"{t}_attention_scaling")
-        else:
-            inv, scale = rot.inv_freq, rot.attention_scaling
-        specs.append(RopeSpec(inv.detach().float().cpu(), float(scale), "rotate_half"))
-    return specs
-
-
 def plane_channels(d_head: int, pairing: str = "rotate_half") -> torch.Tensor:
-    """``[freq, 2]`` channel indices of each rotation plane under ``pairing``.
+    """``[freq, 2]`` channel indices of each rotation plane under ``pairing`` (module docstring).
 
     Raises:
-        ValueError: unknown pairing or odd ``d_head``.
+        ValueError: unknown pairing, odd ``d_head``, or a rotary width R that is odd or above ``d_head``.
     """
-    if pairing not in PAIRINGS:
-        raise ValueError(f"unknown pairing {pairing!r}; use one of {PAIRINGS}")
+    kind, _, width = pairing.partition(":")
+    if kind not in PAIRINGS or (width and kind != "rotate_half"):
+        raise ValueError(f"unknown pairing {pairing!r}; use one of {PAIRINGS} or 'rotate_half:R' (partial rotary)")
     if d_head % 2:
         raise ValueError(f"d_head must be even for RoPE, got {d_head}")
-    half = d_head // 2
-    l = torch.arange(half)
-    if pairing == "rotate_half":
-        return torch.stack([l, l + half], dim=1)
-    return torch.stack([2 * l, 2 * l + 1], dim=1)
+    if kind == "interleaved":
+        l = torch.arange(d_head // 2)
+        return torch.stack([2 * l, 2 * l + 1], dim=1)
+    r = int(width) if width else d_head
+    if r % 2 or not 0 < r <= d_head:
+        raise ValueError(f"rotary width R in {pairing!r} must be even and in 2..{d_head}")
+    l = torch.arange(r // 2)
+    tail = torch.arange(r, d_head).view(-1, 2)  # unrotated channels, as zero-frequency planes
+    return torch.cat([torch.stack([l, l + r // 2], dim=1), tail])
+
+
+def partial_pairing(pairing: str, rotary_dim: int, d_head: int) -> str:
+    """The pairing name for a model that rotates only its first ``rotary_dim`` channels (module docstring)."""
+    return f"{pairing}:{rotary_dim}" if pairing == "rotate_half" and rotary_dim < d_head else pairing
+
+
+def rotate_half_of(x: torch.Tensor, pairing: str) -> torch.Tensor:
+    """The 90-degree turn of every plane, ``(a, b) -> (-b, a)``, over the last axis (all of it rotates).
+
+    This is HF's ``rotate_half`` (``"rotate_half"``) or ``rotate_every_two`` / Cohere's (``"interleaved"``).
+    """
+    if pairing == "interleaved":
+        return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def unrotate_tables(
+    x_rot: Float[torch.Tensor, "pos head d_head"],
+    cos: Float[torch.Tensor, "pos rot"],
+    sin: Float[torch.Tensor, "pos rot"],
+    pairing: str,
+) -> Float[torch.Tensor, "pos head d_head"]:
+    """Undo RoPE with the model's own per-channel ``cos``/``sin`` tables (as HF passes them to attention).
+
+    RoPE maps the first ``rot = cos.shape[-1]`` channels to ``y = x cos + turn(x) sin`` (``turn`` =
+    ``rotate_half_of``; both channels of a plane share cos and sin); then ``y cos - turn(y) sin =
+    x (cos^2 + sin^2)``, so ``x`` is recovered exactly up to float rounding, including tables scaled by a
+    rope type's attention factor. Channels beyond ``rot`` (partial rotary) pass through. Computed in
+    float32 (or float64 for float64 input).
+
+    Raises:
+        ShapeError: ``cos``/``sin`` are not ``[pos, rot]`` with ``rot <= d_head`` matching ``x_rot``.
+    """
+    if cos.shape != sin.shape or cos.dim() != 2 or cos.shape[0] != x_rot.shape[0] or cos.shape[1] > x_rot.shape[-1]:
+        raise ShapeError(f"unrotate_tables expects cos/sin [pos, rot<=d_head] for x {tuple(x_rot.shape)}; got {tuple(cos.shape)}")
+    dt = torch.float64 if x_rot.dtype == torch.float64 else torch.float32
+    x = x_rot.to(dt)
+    r = cos.shape[1]
+    c, s = cos.to(dt)[:, None, :], sin.to(dt)[:, None, :]
+    y = x[..., :r]
+    out = x.clone()
+    out[..., :r] = (y * c - rotate_half_of(y, pairing.partition(":")[0]) * s) / (c * c + s * s)
+    return out
 
 
 def angles(spec: RopeSpec, positions: torch.Tensor) -> Float[torch.Tensor, "pos freq"]:

@@ -1,25 +1,22 @@
 """The scan engine: one forward pass per prompt feeds every per-head accumulator.
 
-How it stays at forward-pass cost: the HF model runs with a
-registered attention function (``interp_stream``). For each layer it receives post-RoPE queries
-and keys, computes the layer's attention *exactly* in query blocks (all heads at once, exact
-log-sum-exp row normalisers, causal + sliding-window masks, GQA mapping), returns the output
-``P @ V`` to the model and reduces the same probabilities into the accumulators. Attention is
-therefore computed once per layer; no ``[head, pos, pos]`` tensor is held. Pre-RoPE vectors come
-from forward hooks on ``q_proj``/``k_proj`` (or ``q_norm``/``k_norm`` with QK-norm). On CPU the
-layer's work runs in the fused kernel of ``interp.kernels`` (tiles kept in cache, both cores on
-independent tiles); elsewhere, or without a compiler, in the Python block path of
-``interp.attention``. The decoder stack runs without the LM head: the scan never reads logits.
-
-Outside a scan the registered function is a pass-through to sdpa.
+How it stays at forward-pass cost: the HF model runs with its attention calls tapped
+(``interp.taps``). For each layer the tap hands over post-RoPE queries, keys and values with the
+model's scale, window and soft-cap; the scan computes the layer's attention *exactly* in query
+blocks (all heads at once, exact row normalisers, causal + sliding-window masks, GQA mapping),
+returns the output ``P @ V`` to the model and reduces the same probabilities into the accumulators.
+Attention is therefore computed once per layer; no ``[head, pos, pos]`` tensor is held. Pre-RoPE
+vectors are the post-RoPE ones with the model's own cos/sin tables undone (``interp.arch``), which
+is exact for every covered family. On CPU the layer's work runs in the fused kernel of
+``interp.kernels`` (tiles kept in cache, both cores on independent tiles); elsewhere (CUDA), or
+without a compiler, in the Python block path of ``interp.attention``. Work is float32 whatever the
+model's dtype; sums are float64. The decoder stack runs without the LM head: the scan never reads logits.
 """
 
 from __future__ import annotations
 
-import contextvars
 import json
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -27,20 +24,17 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from interp import kernels
 from interp.attention import attention_blocks, key_weight, lag_sums
 from interp.capture import as_tokens
 from interp.errors import ConfigError
-from interp.models import LoadedModel, ModelCard, attention_modules
-from interp.rope import RopeSpec, RopeVariant, default_inv_freq, rope_specs, rotate_variant, variant_from_dict, variant_to_dict
+from interp.models import LoadedModel, ModelCard
+from interp.arch import rope_specs
+from interp.taps import AttentionCall, attention_taps
+from interp.rope import RopeSpec, RopeVariant, default_inv_freq, rotate_variant, variant_from_dict, variant_to_dict
 from interp.stats import State, cone, freq, maps, norms, slash, sinks, spectrum
 
-ATTN_NAME = "interp_stream"
-_ACTIVE: contextvars.ContextVar["_Collector | None"] = contextvars.ContextVar("interp_scan", default=None)
 
 
 @dataclass
@@ -117,28 +111,6 @@ class ScanConfig:
 
 
 # --------------------------------------------------------------------------------------------
-# Attention function registered with transformers
-# --------------------------------------------------------------------------------------------
-
-
-def _stream_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, softcap=None, **kw):
-    """Registered as ``interp_stream``: exact block attention feeding the active scan, else sdpa."""
-    collector = _ACTIVE.get()
-    if collector is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kw)
-    if query.shape[0] != 1:
-        raise ValueError("the scan runs one prompt at a time (batch 1)")
-    scale = scaling if scaling is not None else module.scaling
-    out = collector.attend(module.layer_idx, query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
-                           scale, sliding_window, softcap)
-    return out[None], None
-
-
-AttentionInterface.register(ATTN_NAME, _stream_attention)
-AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
-
-
-# --------------------------------------------------------------------------------------------
 # Collector: per-layer reductions of one prompt into State
 # --------------------------------------------------------------------------------------------
 
@@ -179,11 +151,20 @@ class _Collector:
         if cfg.variants and specs is None:
             raise ValueError("counterfactual variants need the model's per-layer RoPE specs")
         self.tokens: torch.Tensor | None = None  # the prompt being scanned (token-aware variants read it)
-        self.pre: dict[tuple[int, str], torch.Tensor] = {}
         self.engine = "none"  # which attention path ran last: "fused-cpu" or "python"
         self.prompt_id = 0  # global index of the prompt being scanned (recorded with long-range hits)
 
-    def attend(self, layer, q_rot, k_rot, v, scale, window, softcap):
+    def __call__(self, call: AttentionCall) -> torch.Tensor:
+        """The tap handler (``interp.taps``): one layer of one prompt -> its attention output ``[pos, head, d_head]``.
+
+        Works in float32 whatever the model's dtype (bf16/fp16 q/k/v are upcast; the output is cast back by the tap).
+        """
+        q_pre, k_pre = call.pre()
+        f32 = lambda t: t.float()  # noqa: E731
+        return self.attend(call.layer, f32(call.query), f32(call.key), f32(call.value), call.scale, call.window, call.softcap,
+                           q_pre, k_pre)
+
+    def attend(self, layer, q_rot, k_rot, v, scale, window, softcap, q_pre, k_pre):
         """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``.
 
         Uses the fused kernel (``interp.kernels``) for float32 CPU tensors when it is available, else
@@ -191,7 +172,6 @@ class _Collector:
         """
         cfg, st = self.cfg, self.state
         N = q_rot.shape[0]
-        q_pre, k_pre = self.pre.pop((layer, "q")), self.pre.pop((layer, "k"))
         out, lag, sink, amap, sink_pre, inp = self._attention(q_rot, k_rot, v, scale, window, softcap,
                                                               (q_pre, k_pre) if cfg.counterfactual_sinks else None, cfg.inp)
         st.add("map_sum", layer, amap)
@@ -283,36 +263,6 @@ class _Collector:
         st.add("key0_norm", layer, norms.first_key_norm(k_pre))
         st.add("cone_pre", layer, cone.cone_values(q_pre, k_pre))
         st.add("cone_rot", layer, cone.cone_values(q_rot, k_rot))
-
-
-@contextmanager
-def _streaming(model: LoadedModel, collector: _Collector):
-    """Switch the HF model to ``interp_stream`` and hook pre-RoPE q/k for the duration."""
-    hf = model.hf
-    previous = hf.config._attn_implementation
-    handles = []
-    d = model.card.d_head
-    for layer, attn in enumerate(attention_modules(hf)):
-        for kind in ("q", "k"):
-            norm = getattr(attn, f"{kind}_norm", None)
-            # Gemma-3 applies QK-norm after the head transpose: its output is [batch, head, pos, d_head]
-            heads_first = norm is not None and model.card.architecture.startswith("Gemma3")
-
-            def hook(_m, _inp, output, layer=layer, kind=kind, heads_first=heads_first):
-                x = output[0]
-                collector.pre[(layer, kind)] = x.transpose(0, 1) if heads_first else x.reshape(x.shape[0], -1, d)
-
-            handles.append((norm or getattr(attn, f"{kind}_proj")).register_forward_hook(hook))
-
-    token = _ACTIVE.set(collector)
-    hf.set_attn_implementation(ATTN_NAME)
-    try:
-        yield
-    finally:
-        hf.set_attn_implementation(previous)
-        _ACTIVE.reset(token)
-        for h in handles:
-            h.remove()
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,7 +391,7 @@ def scan(
     if torch.device(model.device).type == "cpu":
         kernels.available()  # the one-time build (~20 s) happens here, outside the timing in meta["seconds"]
     t0 = time.perf_counter()
-    with torch.inference_mode(), _streaming(model, collector):
+    with torch.inference_mode(), attention_taps(model, collector):
         desc = f"scan {model.card.name}" + (f" ({meta['corpus']})" if meta and "corpus" in meta else "")
         ids = list(prompt_ids) if prompt_ids is not None else list(range(len(toks)))
         if len(ids) != len(toks):

@@ -5,8 +5,10 @@ import torch
 
 from interp import corpus
 from interp.capture import capture, verify_attention
-from interp.rope import rope_specs, rotate
-from interp.scan import ScanConfig, _Collector, _streaming, new_state, scan
+from interp.arch import rope_specs
+from interp.rope import rotate
+from interp.scan import ScanConfig, _Collector, new_state, scan
+from interp.taps import attention_taps
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +39,6 @@ def test_scan_flags_sdhs_and_keeps_logits(smollm2):
     assert top.slash_score > 0.3
     with torch.no_grad():
         ref = smollm2.hf(p[:1]).logits
-        with _streaming(smollm2, _Collector(smollm2.card, ScanConfig(), new_state(smollm2.card, 256, ScanConfig()))):
+        with attention_taps(smollm2, _Collector(smollm2.card, ScanConfig(), new_state(smollm2.card, 256, ScanConfig()))):
             got = smollm2.hf(p[:1]).logits
     assert (got - ref).abs().max() < 1e-3

@@ -12,7 +12,8 @@ import torch
 import interp
 from interp.capture import capture
 from interp.models import is_installed
-from interp.rope import RopeSpec, default_inv_freq, plane_channels, rope_specs
+from interp.arch import rope_specs
+from interp.rope import RopeSpec, default_inv_freq, plane_channels
 from interp.stats.clouds import rank1_rotated_gram, rotate64
 from interp.stats import spectrum
 from tests.conftest import random_tokens

@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 from interp import models
-from interp.errors import CorruptModelFileError, ModelNotInstalledError, UnknownModelError
+from interp.errors import CorruptModelFileError, ModelLoadError, ModelNotInstalledError, UnknownModelError
 
 
 def test_unknown_model_lists_valid_names():
@@ -72,7 +72,7 @@ def test_local_folder_roundtrip(tmp_path, tiny_llama):
     tiny_llama.tokenizer.save_pretrained(tmp_path)
     m = models.load_model(f"local:{tmp_path}", device="cpu")
     assert m.card.n_heads == 4 and m.card.name.startswith("local:")
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(ModelLoadError, match="config.json"):
         models.load_model(f"local:{tmp_path / 'nope'}")
 
 

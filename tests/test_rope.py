@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from interp.capture import capture
 from interp.rope import (PlaneAblation, RopeSpec, RopeVariant, band_ablations, band_planes, default_inv_freq, plane_channels,
-                         plane_norms, rope_specs, rotate, rotate_variant)
+                         plane_norms, rotate, rotate_variant)
+from interp.arch import rope_specs
 from tests.conftest import random_tokens
 
 

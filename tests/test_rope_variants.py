@@ -15,7 +15,8 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import _compute_linear_scaling_rope_parameters, _compute_yarn_parameters
 
 from interp.capture import capture
-from interp.rope import (PlaneAblation, RopeSpec, RopeVariant, default_inv_freq, rope_specs, rotate, rotate_variant, variant_from_dict,
+from interp.arch import rope_specs
+from interp.rope import (PlaneAblation, RopeSpec, RopeVariant, default_inv_freq, rotate, rotate_variant, variant_from_dict,
                          variant_to_dict)
 from interp.rope_variants import (PRope, PartialRope, PositionInterpolation, Rope2D, RopeID, ScaledRope, ShuffledRope, Yarn, fit_base,
                                   positions_2d, variant_frequencies)

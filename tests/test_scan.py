@@ -8,7 +8,8 @@ import torch
 from interp import kernels
 from interp.attention import attention_pattern, expand_kv
 from interp.capture import capture
-from interp.scan import ScanConfig, ScanResult, _Collector, _streaming, merge_results, new_state, scan
+from interp.scan import ScanConfig, ScanResult, _Collector, merge_results, new_state, scan
+from interp.taps import attention_taps
 from interp.stats import cone, slash, spectrum
 from tests.conftest import random_tokens
 
@@ -70,7 +71,7 @@ def test_scan_leaves_the_model_output_unchanged(tiny, engine):
     with torch.no_grad():
         ref = tiny.hf(toks).logits
         col = _Collector(tiny.card, ScanConfig(block_size=16), new_state(tiny.card, 50, ScanConfig()))
-        with _streaming(tiny, col):
+        with attention_taps(tiny, col):
             got = tiny.hf(toks).logits
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
     assert tiny.hf.config._attn_implementation == "sdpa"  # restored
@@ -137,7 +138,8 @@ def test_scan_without_counterfactual_matches_the_full_scan(tiny_llama, engine):
 def test_counterfactual_variants_equal_a_materialised_recomputation(tiny, engine):
     """Issue 7, item 2: band ablation inside the streaming engine equals rotating the captured pre-RoPE q/k with
     the variant and materialising the pattern; the identity variant reproduces the model's own scores."""
-    from interp.rope import RopeVariant, band_ablations, rope_specs, rotate_variant
+    from interp.arch import rope_specs
+    from interp.rope import RopeVariant, band_ablations, rotate_variant
 
     c = tiny.card
     variants = band_ablations(c.d_head // 2, n_remove=2) + (RopeVariant("identity"),)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from interp.attention import expand_kv
 from interp.capture import capture
-from interp.rope import RopeSpec, default_inv_freq, rope_specs
+from interp.arch import rope_specs
+from interp.rope import RopeSpec, default_inv_freq
 from interp.stats import freq
 from tests.conftest import random_tokens
 
