@@ -45,7 +45,7 @@ def layer_type(model, layer: int) -> str:
 def run_model(name: str, prompts: int, tokens: int, causal: bool) -> dict:
     model = interp.load_model(name, device="cpu")
     p = interp.corpus.prompts(model, "pydoc", prompts, tokens)
-    cfg = interp.ScanConfig(variants=band_variants(model.card.d_head // 2))
+    cfg = interp.ScanConfig(variants=band_variants(model.card.n_rotary_planes))
     t0 = time.perf_counter()
     res = interp.scan(model, p, cfg, meta={"corpus": "pydoc"})
     t_scan = time.perf_counter() - t0

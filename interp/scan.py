@@ -28,7 +28,7 @@ import torch
 from interp import kernels
 from interp.attention import attention_blocks, key_weight, lag_sums
 from interp.capture import as_tokens
-from interp.errors import ConfigError
+from interp.errors import ConfigError, CorruptStateError
 from interp.models import LoadedModel, ModelCard
 from interp.arch import rope_specs
 from interp.taps import AttentionCall, attention_taps
@@ -345,14 +345,31 @@ class ScanResult:
 
         Raises:
             FileNotFoundError: ``directory`` lacks ``state.pt`` or ``scan.json``.
+            CorruptStateError: either file cannot be read, or holds something other than a scan's state.
         """
         d = Path(directory)
         if not (d / "state.pt").exists() or not (d / "scan.json").exists():
             raise FileNotFoundError(f"{d} is not a scan output: it needs state.pt and scan.json (write one with interp scan --out)")
-        info = json.loads((d / "scan.json").read_text())
-        cfg = info["config"]
-        cfg["short_lags"], cfg["long_lags"] = tuple(cfg["short_lags"]), tuple(cfg["long_lags"])
-        return cls(ModelCard(**info["card"]), ScanConfig(**cfg), State.load(d / "state.pt"), info["meta"])
+        fix = f"re-run the scan into {d.parent} (interp scan MODEL --out DIR) or restore the file"
+        try:
+            info = json.loads((d / "scan.json").read_text())
+            cfg = info["config"]
+            cfg["short_lags"], cfg["long_lags"] = tuple(cfg["short_lags"]), tuple(cfg["long_lags"])
+            card, config, meta = ModelCard(**info["card"]), ScanConfig(**cfg), info["meta"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptStateError(f"{d / 'scan.json'} is not a scan's settings ({type(err).__name__}: {err}); {fix}") from None
+        try:
+            state = State.load(d / "state.pt")
+        except Exception as err:  # torch raises many types for a damaged or foreign file (zip, pickle, EOF, runtime)
+            raise CorruptStateError(f"{d / 'state.pt'} cannot be read ({type(err).__name__}); it is damaged or not a scan's "
+                                    f"state; {fix}") from None
+        expected = new_state(card, 1, config)
+        bad = [k for k, v in expected.items() if k not in state or not isinstance(state[k], torch.Tensor)
+               or state[k].shape[:-1] != v.shape[:-1] and k not in ("prompts",)]
+        if bad:
+            raise CorruptStateError(f"{d / 'state.pt'} is not the state of a scan of {card.name} with these settings "
+                                    f"(missing or misshapen: {', '.join(bad[:4])}); {fix}")
+        return cls(card, config, state, meta)
 
 
 def scan(

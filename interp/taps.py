@@ -173,8 +173,8 @@ def attention_taps(model, handler: Handler, *, implementation: str | None = None
     if impl == ATTN_NAME:
         raise RuntimeError("attention taps do not nest")
     # unrotate_tables reads the rotary width from the tables, so the family's base pairing is all it needs
-    tap = _Tap(handler, {id(m): i for i, m in enumerate(mods)}, fam.pairing, _delegate(mods[0], impl))
-    gptj = fam.call == "gptj"
+    gptj = fam.call == "gptj"  # its _attn is the eager path; the tap wraps it, no delegate needed
+    tap = _Tap(handler, {id(m): i for i, m in enumerate(mods)}, fam.pairing, None if gptj else _delegate(mods[0], impl))
     handles = [m.register_forward_pre_hook(_table_hook(tap, i, gptj), with_kwargs=True) for i, m in enumerate(mods)]
     previous = hf.config._attn_implementation
     token = _ACTIVE.set(tap)

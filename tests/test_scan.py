@@ -222,3 +222,26 @@ def test_inp_query_map_sums_to_the_logits(tiny_llama):
     for l in range(c.n_layers):
         logits = torch.einsum("hd,jhd->hj", cap.q_rot[l][15].double(), expand_kv(cap.k_rot[l], c.n_heads)[:16].double())
         torch.testing.assert_close(res.inp_query_map()[l].sum(-1), logits, atol=1e-4, rtol=1e-4)
+
+
+# The bounds the README states for reduced-precision scans (measured on the zoo models by
+# analyses/benchmarks/dtype_error.py; tiny random models reach about a tenth of them).
+DTYPE_BOUNDS = {"bfloat16": {"slash": 1e-3, "r1": 1e-2}, "float16": {"slash": 2e-4, "r1": 2e-3}}
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_BOUNDS))
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma2", "tiny-neox"])
+def test_reduced_precision_scans_stay_within_the_stated_bounds(name, dtype):
+    """A bf16 / fp16 model scans in float32 on its own activations; slash scores and r1 move by less than the bound."""
+    from interp import load_model
+
+    prompts = [random_tokens(96, seed=s) for s in range(3)]
+    ref = scan(load_model(name, device="cpu"), prompts, ScanConfig(block_size=16))
+    low = load_model(name, device="cpu", dtype=dtype)
+    assert low.card.dtype == dtype
+    got = scan(low, prompts, ScanConfig(block_size=16))
+    assert all(v.dtype == torch.float64 for v in got.state.values())
+    valid = 96 - slash.SKIP
+    assert (got.scores[..., :valid] - ref.scores[..., :valid]).abs().max() < DTYPE_BOUNDS[dtype]["slash"]
+    for col in ("r1_q", "r1_k"):
+        assert (got.heads[col] - ref.heads[col]).abs().max() < DTYPE_BOUNDS[dtype]["r1"]

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         model = interp.load_model(name, device="cpu")
         prompts = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
         plain = interp.ScanConfig()
-        abl = interp.ScanConfig(variants=band_variants(model.card.d_head // 2))
+        abl = interp.ScanConfig(variants=band_variants(model.card.n_rotary_planes))
         abl_inp = interp.ScanConfig(variants=abl.variants, inp=True)
         interp.scan(model, prompts[:1, :128], abl)  # warm-up (kernel build, allocator)
         t_plain = _time(lambda: interp.scan(model, prompts, plain), args.repeats)
