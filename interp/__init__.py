@@ -20,7 +20,7 @@ Quick use::
     result.heads            # one row per (layer, head)
 """
 
-from interp import arch, corpus, rope, rope_variants  # rope_variants registers its variants for loading saved scans
+from interp import arch, corpus, errors, rope, rope_variants  # rope_variants registers its variants for loading saved scans
 from interp.models import ModelCard, LoadedModel, load_model, zoo_table
 from interp.capture import Capture, capture, expand_kv, verify_attention
 from interp.scan import ScanConfig, ScanResult, scan, merge_results, inp_spectrum
@@ -31,5 +31,5 @@ __all__ = [
     "ModelCard", "LoadedModel", "load_model", "zoo_table",
     "Capture", "capture", "expand_kv", "verify_attention",
     "ScanConfig", "ScanResult", "scan", "merge_results", "inp_spectrum", "write_report", "corpus", "rope",
-    "ablation", "intervene", "rope_variants", "arch",
+    "ablation", "intervene", "rope_variants", "arch", "errors",
 ]

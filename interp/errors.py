@@ -46,3 +46,7 @@ class CorruptStateError(InterpError):
 
 class DeviceError(InterpError, ValueError):
     """A device or dtype that is unknown or not available on this machine."""
+
+
+class NumericsError(InterpError, ArithmeticError):
+    """Non-finite queries or keys (e.g. float16 overflow in a model trained in bfloat16)."""

@@ -28,7 +28,7 @@ import torch
 from interp import kernels
 from interp.attention import attention_blocks, key_weight, lag_sums
 from interp.capture import as_tokens
-from interp.errors import ConfigError, CorruptStateError
+from interp.errors import ConfigError, CorruptStateError, NumericsError
 from interp.models import LoadedModel, ModelCard
 from interp.arch import rope_specs
 from interp.taps import AttentionCall, attention_taps
@@ -159,6 +159,9 @@ class _Collector:
 
         Works in float32 whatever the model's dtype (bf16/fp16 q/k/v are upcast; the output is cast back by the tap).
         """
+        if not (torch.isfinite(call.query).all() and torch.isfinite(call.key).all()):
+            raise NumericsError(f"{self.card.name}: layer {call.layer} produced non-finite queries or keys in {call.query.dtype} "
+                                f"(overflow); scan in bfloat16 or float32 (--dtype)")
         q_pre, k_pre = call.pre()
         f32 = lambda t: t.float()  # noqa: E731
         return self.attend(call.layer, f32(call.query), f32(call.key), f32(call.value), call.scale, call.window, call.softcap,

@@ -67,10 +67,11 @@ def _card_table(result: ScanResult) -> pd.DataFrame:
     theta = sorted(set(c.rope_theta))
     windows = sorted({w for w in c.sliding_window if w is not None})
     rows = [
-        ("model", c.name), ("architecture", c.architecture), ("layers", c.n_layers), ("query heads", c.n_heads),
+        ("model", c.name), ("architecture", c.architecture + (f" ({c.family} family)" if c.family else "")), ("layers", c.n_layers), ("query heads", c.n_heads),
         ("kv heads", f"{c.n_kv_heads} (group size {c.group_size})"), ("d_head", c.d_head),
         ("RoPE base per layer", ", ".join(f"{t:g}" for t in theta) + ("" if len(theta) == 1 else " (see card)")),
-        ("channel pairing", c.pairing), ("context length", c.context_length),
+        ("channel pairing", c.pairing), ("rotary fraction", f"{c.rotary_fraction:g} ({c.rotary_dim or c.d_head} of {c.d_head} channels)"),
+        ("RoPE scaling", c.rope_scaling), ("context length", c.context_length), ("dtype", c.dtype),
         ("sliding window", ", ".join(map(str, windows)) + f" on {sum(w is not None for w in c.sliding_window)} layers" if windows else "none"),
         ("attention scale", ", ".join(f"{s:g}" for s in sorted(set(c.attn_scale)))),
         ("QK-norm / q,k bias", f"{c.qk_norm} / {c.qk_bias}"), ("weights", c.source), ("quantisation", c.quantization),
