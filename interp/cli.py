@@ -1,4 +1,4 @@
-"""Command line: ``interp models | scan | ablate | merge | report | verify``."""
+"""Command line: ``interp models | scan | ablate | sweep | merge | report | verify``."""
 
 from __future__ import annotations
 
@@ -200,6 +200,60 @@ def ablate(
         _show(cause.summary, "Causal ablation: mean next-token NLL (nats)", list(cause.summary.columns), 10)
     console.print(f"{m.card.name}: {len(p)} prompts x {tokens} tokens, scan with {len(variants)} counterfactual variants in "
                   f"{result.meta['seconds']:.1f} s; wrote {out}/band_ablation.csv and {out}/report.html")
+
+
+def _lengths(spec: str) -> list[int]:
+    try:
+        return [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        _fail(InterpError(f"--lengths takes comma-separated integers (e.g. 512,1024,2048), got {spec!r}"))
+
+
+@app.command()
+def sweep(
+    model: str = MODEL,
+    lengths: str = typer.Option("512,1024,2048", help="prefix lengths, comma-separated"),
+    corpus: str = CORPUS,
+    prompts: int = typer.Option(2, help="number of prompts"),
+    seed: int = SEED,
+    out: Path = typer.Option(Path("out/sweep"), help="output folder"),
+    beyond_context: bool = typer.Option(False, "--beyond-context", help="allow lengths beyond the model's context (out of distribution)"),
+    cluster_points: int = typer.Option(1000, help="points per head and prompt for silhouette / Davies-Bouldin"),
+    block_size: int = typer.Option(32, help="queries per attention block"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+) -> None:
+    """Scan the same prompts' prefixes at several lengths; write sweep.csv, sweep.html and one state folder per length.
+
+    Every column of heads.csv plus the geometry of paper 001 (silhouette / Davies-Bouldin of the q and k clusters,
+    key norms, attention received by token 0, maximum q.k per query), per length, layer and head.
+    """
+    from interp import corpus as corpus_mod
+    from interp.models import load_model
+    from interp.report.sweep_page import write_sweep_report
+    from interp.scan import ScanConfig
+    from interp.sweep import check_lengths, sweep as run_sweep
+
+    ns = _lengths(lengths)
+    try:
+        with console.status(f"loading {model}"):
+            m = load_model(model, device=device, dtype=dtype)
+        ns = check_lengths(ns, max(ns or [0]), m.card.context_length, beyond_context)
+        if ns[-1] > m.card.context_length:
+            console.print(f"[yellow]warning:[/] lengths above {m.card.context_length} ({', '.join(str(n) for n in ns if n > m.card.context_length)}) "
+                          f"are beyond {escape(m.card.name)}'s context: positions out of distribution", soft_wrap=True)
+        p = corpus_mod.prompts(m, corpus, prompts, ns[-1], seed, beyond_context=beyond_context)
+        cfg = ScanConfig(block_size=block_size, geometry=True, cluster_points=cluster_points)
+        result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed})
+    except InterpError as err:
+        _fail(err)
+    result.save(out)
+    write_sweep_report(result, out / "sweep.html")
+    table = result.table
+    summary = table.groupby("length")[["sink_weight", "max_qk_rot", "srank_k_rot", "silhouette_rot", "cos_qk_rot"]].median().reset_index()
+    _show(summary, "Median over heads by length", list(summary.columns), len(summary))
+    secs = sum(r.meta["seconds"] for r in result.results.values())
+    console.print(f"{m.card.name}: {prompts} prompts at {len(ns)} lengths in {secs:.0f} s; wrote {out}/sweep.csv and {out}/sweep.html")
 
 
 @app.command()

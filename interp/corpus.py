@@ -53,7 +53,8 @@ def _text_tokens(tokenizer, corpus: str, need: int) -> list[int]:
     return ids
 
 
-def prompts(model, corpus: str = "pydoc", n_prompts: int = 8, n_tokens: int = 1024, seed: int = 0) -> torch.Tensor:
+def prompts(model, corpus: str = "pydoc", n_prompts: int = 8, n_tokens: int = 1024, seed: int = 0, *,
+            beyond_context: bool = False) -> torch.Tensor:
     """``[prompt, pos]`` int64 token ids, each prompt exactly ``n_tokens`` long.
 
     Args:
@@ -61,6 +62,7 @@ def prompts(model, corpus: str = "pydoc", n_prompts: int = 8, n_tokens: int = 10
         corpus: ``"pydoc"``, ``"stdlib"`` or ``"random"``.
         n_prompts, n_tokens: how many prompts and tokens each (BOS included where the model adds one).
         seed: selects the windows (text) or draws the tokens (random).
+        beyond_context: allow ``n_tokens`` above the model's context (for length sweeps).
 
     Raises:
         PromptError: unknown corpus, ``n_tokens`` above the model's context, non-positive sizes, or
@@ -71,7 +73,7 @@ def prompts(model, corpus: str = "pydoc", n_prompts: int = 8, n_tokens: int = 10
     card = model.card
     if n_prompts < 1 or n_tokens < 2:
         raise PromptError(f"need at least 1 prompt of at least 2 tokens; got {n_prompts} x {n_tokens}")
-    if n_tokens > card.context_length:
+    if n_tokens > card.context_length and not beyond_context:
         raise PromptError(
             f"{n_tokens} tokens exceed the context of {card.name} ({card.context_length}); use --tokens {card.context_length} or fewer"
         )

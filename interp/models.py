@@ -417,14 +417,22 @@ class LoadedModel:
 
     @property
     def bridge(self):
-        """The TransformerLens ``TransformerBridge`` over a copy of this model (eager attention)."""
+        """The TransformerLens ``TransformerBridge`` over a copy of this model (eager attention).
+
+        Raises:
+            UnsupportedModelError: TransformerLens has no adapter for this architecture.
+        """
         if self._bridge is None:
             from transformer_lens.model_bridge import TransformerBridge
 
             hf_copy = copy.deepcopy(self.hf)
             hf_copy.config._attn_implementation = "eager"
-            with hub_offline():  # the bridge gets the model and tokenizer; it must not look anything up
-                self._bridge = TransformerBridge.boot_transformers(self._hub_id, hf_model=hf_copy, tokenizer=self.tokenizer)
+            try:
+                with hub_offline():  # the bridge gets the model and tokenizer; it must not look anything up
+                    self._bridge = TransformerBridge.boot_transformers(self._hub_id, hf_model=hf_copy, tokenizer=self.tokenizer)
+            except Exception as err:  # noqa: BLE001  TransformerLens raises many types for an architecture it lacks
+                raise UnsupportedModelError(f"TransformerLens' bridge cannot wrap {self.card.name} ({type(err).__name__}: "
+                                            f"{_first_line(err)}); interp.capture and the scan work without it") from None
             self._bridge.eval()
         return self._bridge
 

@@ -33,7 +33,7 @@ from interp.models import LoadedModel, ModelCard
 from interp.arch import rope_specs
 from interp.taps import AttentionCall, attention_taps
 from interp.rope import RopeSpec, RopeVariant, default_inv_freq, rotate_variant, variant_from_dict, variant_to_dict
-from interp.stats import State, cone, freq, maps, norms, slash, sinks, spectrum
+from interp.stats import State, cone, freq, geometry, maps, norms, slash, sinks, spectrum
 
 
 
@@ -65,6 +65,12 @@ class ScanConfig:
         inp: also sum, per head and rotation plane, InP(i, j, l) = q_rot_i^(l) . k_rot_j^(l) and |InP| over
             every visible pair with keys >= ``skip`` (paper 004 eq. 8-9; ``interp.stats.freq``): one more pass
             over the pairs of each tile (about +50% scan time on the fused kernel).
+        geometry: also the cloud and sink geometry of paper 001 (``interp.stats.geometry``): silhouette and
+            Davies-Bouldin scores of the q vs k clusters, key norm and attention received by position, and the
+            maximum q.k per query, pre and post RoPE (one more QK^T per layer and version; the cluster scores
+            cost about 20 ms per head and prompt on 2 cores). ``interp sweep`` turns it on.
+        cluster_points: points per head and prompt for the cluster scores (half queries, half keys, at the
+            same seeded positions; seed = prompt id * 1009 + layer).
     """
 
     block_size: int = 32
@@ -81,6 +87,8 @@ class ScanConfig:
     tau: float = 0.95
     variants: tuple[RopeVariant, ...] = ()
     inp: bool = False
+    geometry: bool = False
+    cluster_points: int = 1000
 
     def __post_init__(self):
         if not 0 < self.long_min_frac <= 1:
@@ -134,6 +142,7 @@ def new_state(card: ModelCard, n_pos: int, cfg: ScanConfig) -> State:
         variant_slash_mean_sum=z(len(cfg.variants), L, H, n_pos), variant_sink=z(len(cfg.variants), L, H),
         inp_signed=z(L, H, D // 2), inp_abs=z(L, H, D // 2), inp_pairs=z(L, H),
         inp_query_map=z(L, H, cfg.map_size if cfg.inp else 0, D // 2),
+        **(geometry.new_state(L, H, K, n_pos) if cfg.geometry else {}),
     )
 
 
@@ -195,6 +204,10 @@ class _Collector:
             st.add("sink_norope", layer, sink_pre.double().mean(-1))
         self._token_stats(layer, q_pre, k_pre, q_rot, k_rot)
         self._variants(layer, q_pre, k_pre, scale, window, softcap)
+        if cfg.geometry:
+            for name, value in geometry.prompt_sums(q_pre, k_pre, q_rot, k_rot, window, cfg.cluster_points,
+                                                    self.prompt_id * 1009 + layer).items():
+                st.add(name, (layer, slice(None), slice(0, N)) if name in geometry.PER_POSITION else layer, value)
         return out
 
     def _attention(self, q, k, v, scale, window, softcap, pre, inp=False):
@@ -383,6 +396,7 @@ def scan(
     progress: bool = False,
     meta: dict | None = None,
     prompt_ids: Sequence[int] | None = None,
+    beyond_context: bool = False,
 ) -> ScanResult:
     """Run every prompt once and accumulate all per-head measurements.
 
@@ -394,6 +408,7 @@ def scan(
         meta: extra entries for ``ScanResult.meta`` (corpus name, seed...).
         prompt_ids: global index of each prompt (default ``0..len-1``; shards pass their indices in the
             whole corpus so that merged results name the prompt of a content repeat).
+        beyond_context: allow prompts longer than the model's context (out-of-distribution positions).
 
     Returns:
         ScanResult; ``.heads`` is the per-head table.
@@ -404,7 +419,7 @@ def scan(
     from tqdm.auto import tqdm
 
     cfg = config or ScanConfig()
-    toks = [as_tokens(model, p) for p in prompts]
+    toks = [as_tokens(model, p, beyond_context=beyond_context) for p in prompts]
     n_max = max(t.numel() for t in toks)
     state = new_state(model.card, n_max, cfg)
     collector = _Collector(model.card, cfg, state, rope_specs(model.hf) if cfg.variants else None)
@@ -501,6 +516,8 @@ def head_table(result: ScanResult) -> pd.DataFrame:
     cols["has_sink"] = sinks.sink_flag(cols["sink_weight"], cfg.sink_eps)
     if cfg.inp:
         cols.update(inp_columns(st))
+    if cfg.geometry:
+        cols.update(geometry.columns(st, P, st["slash_prompts"], kv))
     for tag in ("pre", "rot"):
         c = st[f"cone_{tag}"] / P
         for i, name in enumerate(("cos_qq", "cos_kk", "cos_qk", "qk_angle")):

@@ -1,0 +1,143 @@
+"""Geometry of the query and key clouds and the sink, as paper 001 plots it against context length.
+
+Per prompt, per layer, with ``q`` ``[pos, head, d_head]`` and ``k`` ``[pos, kv_head, d_head]`` (query
+head h reads kv head ``h // group``), each before (``pre``) and after (``rot``) RoPE:
+
+- **Cluster separation** (001 Fig. 11, App. A): silhouette score and Davies-Bouldin index of the two
+  clusters {q_i of head h} and {k_j of its kv head} (Euclidean), from scikit-learn
+  (``silhouette_score``, ``davies_bouldin_score``) on a seeded subsample of ``n_points / 2`` positions
+  of the prompt (the same positions for q and k; all of them when the prompt is shorter). Lower
+  silhouette / higher Davies-Bouldin = more overlap.
+- **Key norm by position** (001 Fig. 5 left): ``||k_j||`` at every position j (RoPE keeps norms).
+- **Attention received** (001 Fig. 5 right): the mean score of key j over the queries at and after it,
+  ``r_j = (1 / (N - j)) sum_{i >= j} q_i . k_j`` (raw dot products, no scale), computed as
+  ``(suffix sum of q) . k_j``. The paper normalises by the largest value over keys (``received_norm``).
+- **Maximum q.k per query** (001 Fig. 6 right): ``m_i = max_{j visible from i} q_i . k_j`` (raw dot
+  product, the model's causal and sliding-window visibility), averaged over queries.
+
+Every value is summed over prompts in float64 (state entries below), so scans merge by addition;
+per-position entries are divided by the number of prompts that reach the position
+(``slash_prompts``), the others by the prompt count.
+
+State entries (``L`` layers, ``H`` heads, ``K`` kv heads, ``N`` positions):
+``geo_cluster [L, 4, H]`` (silhouette pre, rot; Davies-Bouldin pre, rot), ``geo_key_norm [L, K, N]``,
+``geo_received_pre / _rot [L, H, N]``, ``geo_max_qk [L, 2, H]`` (pre, rot; per-prompt means).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from jaxtyping import Float
+
+from interp.attention import _visible, check_qk
+
+PER_POSITION = ("geo_key_norm", "geo_received_pre", "geo_received_rot")  # last axis: position (merged with zero padding)
+
+
+def new_state(n_layers: int, n_heads: int, n_kv: int, n_pos: int) -> dict[str, torch.Tensor]:
+    """Zeroed float64 sums of this module (see the module docstring for shapes)."""
+    z = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+    return {"geo_cluster": z(n_layers, 4, n_heads), "geo_key_norm": z(n_layers, n_kv, n_pos),
+            "geo_received_pre": z(n_layers, n_heads, n_pos), "geo_received_rot": z(n_layers, n_heads, n_pos),
+            "geo_max_qk": z(n_layers, 2, n_heads)}
+
+
+def sample_positions(n_pos: int, n_points: int, seed: int) -> torch.Tensor:
+    """``[m]`` sorted positions, ``m = min(n_pos, n_points // 2)``, drawn without replacement with ``seed``."""
+    m = min(n_pos, max(1, n_points // 2))
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.randperm(n_pos, generator=g)[:m].sort().values
+
+
+def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
+                   positions: torch.Tensor) -> Float[torch.Tensor, "2 head"]:
+    """``[2, head]``: silhouette score and Davies-Bouldin index (scikit-learn) of {q_i} vs {k_i}, i in ``positions``.
+
+    Raises:
+        ShapeError: q/k layouts do not match (``interp.attention.check_qk``).
+    """
+    from sklearn.metrics import davies_bouldin_score, silhouette_score
+
+    check_qk(q, k)
+    H, g = q.shape[1], q.shape[1] // k.shape[1]
+    qs, ks = q[positions].double().cpu().numpy(), k[positions].double().cpu().numpy()
+    labels = np.r_[np.zeros(len(positions)), np.ones(len(positions))]
+    out = torch.full((2, H), torch.nan, dtype=torch.float64)
+    if len(positions) < 2:
+        return out
+    for h in range(H):
+        x = np.concatenate([qs[:, h], ks[:, h // g]])
+        out[0, h] = silhouette_score(x, labels)
+        out[1, h] = davies_bouldin_score(x, labels)
+    return out
+
+
+def received(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"]) -> Float[torch.Tensor, "head pos"]:
+    """``[head, pos]``: ``r_j = mean_{i >= j} q_i . k_j`` (001 Fig. 5 right, before normalising), float64."""
+    check_qk(q, k)
+    N, H = q.shape[0], q.shape[1]
+    g = H // k.shape[1]
+    suffix = q.double().flip(0).cumsum(0).flip(0)  # [pos, head, d]: sum_{i >= j} q_i
+    kk = k.double().repeat_interleave(g, dim=1)
+    count = torch.arange(N, 0, -1, dtype=torch.float64, device=q.device)  # N - j queries at or after j
+    return ((suffix * kk).sum(-1) / count[:, None]).T
+
+
+def max_qk(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
+           window: int | None = None, block_size: int = 256) -> Float[torch.Tensor, "head pos"]:
+    """``[head, pos]``: ``max_{j visible from i} q_i . k_j`` per query i (raw dot products; float32 blocks of queries)."""
+    check_qk(q, k)
+    N, H = q.shape[0], q.shape[1]
+    n_kv, g = k.shape[1], H // k.shape[1]
+    kt = k.float().permute(1, 2, 0)  # [kv, d, pos]
+    out = torch.empty(H, N, dtype=torch.float32, device=q.device)
+    for i0 in range(0, N, block_size):
+        i1 = min(N, i0 + block_size)
+        qb = q[i0:i1].float().permute(1, 0, 2).reshape(n_kv, g * (i1 - i0), -1)  # query heads of a kv head side by side
+        s = torch.matmul(qb, kt[:, :, :i1]).view(H, i1 - i0, i1)
+        vis = _visible(torch.arange(i0, i1, device=q.device), torch.arange(i1, device=q.device), window)
+        out[:, i0:i1] = s.masked_fill(~vis, float("-inf")).amax(-1)
+    return out
+
+
+def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, seed: int) -> dict[str, torch.Tensor]:
+    """One layer of one prompt: this module's additions, ``{name: tensor}`` without the layer axis."""
+    pos = sample_positions(q_pre.shape[0], n_points, seed)
+    pre, rot = cluster_scores(q_pre, k_pre, pos), cluster_scores(q_rot, k_rot, pos)
+    return {
+        "geo_cluster": torch.stack([pre[0], rot[0], pre[1], rot[1]]),
+        "geo_key_norm": k_pre.double().norm(dim=-1).T,
+        "geo_received_pre": received(q_pre, k_pre), "geo_received_rot": received(q_rot, k_rot),
+        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window).double().mean(-1), max_qk(q_rot, k_rot, window).double().mean(-1)]),
+    }
+
+
+def curves(state, reach: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-position means over the prompts that reach each position: ``key_norm [L, K, N]``, ``received_pre/_rot [L, H, N]``
+    (raw) and ``received_norm_pre/_rot`` (divided by each head's largest value over positions, as 001 Fig. 5 plots)."""
+    n = reach.clamp(min=1)
+    out = {"key_norm": state["geo_key_norm"] / n}
+    for tag in ("pre", "rot"):
+        raw = state[f"geo_received_{tag}"] / n
+        out[f"received_{tag}"] = raw
+        out[f"received_norm_{tag}"] = raw / raw.amax(-1, keepdim=True)
+    return out
+
+
+def columns(state, n_prompts: torch.Tensor, reach: torch.Tensor, kv: torch.Tensor, first: int = 1) -> dict[str, torch.Tensor]:
+    """Head-table columns, ``[layer, head]`` each: ``silhouette_pre/_rot``, ``davies_bouldin_pre/_rot``, ``max_qk_pre/_rot``,
+    ``key_norm_first`` (mean norm of keys ``0..first-1``) / ``key_norm_rest`` (the others, over positions), and
+    ``received_first_pre/_rot`` (raw r_0) with ``received_norm_first_pre/_rot`` (r_0 over the head's largest r_j)."""
+    c = state["geo_cluster"] / n_prompts
+    m = state["geo_max_qk"] / n_prompts
+    cur = curves(state, reach)
+    kn = cur["key_norm"][:, kv]  # [L, H, N]
+    valid = reach > 0
+    out = {"silhouette_pre": c[:, 0], "silhouette_rot": c[:, 1], "davies_bouldin_pre": c[:, 2], "davies_bouldin_rot": c[:, 3],
+           "max_qk_pre": m[:, 0], "max_qk_rot": m[:, 1],
+           "key_norm_first": kn[..., :first].mean(-1), "key_norm_rest": kn[..., first:][..., valid[first:]].mean(-1)}
+    for tag in ("pre", "rot"):
+        out[f"received_first_{tag}"] = cur[f"received_{tag}"][..., 0]
+        out[f"received_norm_first_{tag}"] = cur[f"received_norm_{tag}"][..., 0]
+    return out
