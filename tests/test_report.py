@@ -83,3 +83,17 @@ def test_embedded_inp_map_decodes_to_the_scan_values(tiny_llama):
     q = np.frombuffer(base64.b64decode(d["inpq"]), dtype="<i2").reshape(2, 4, 16, 8) * np.array(d["inpq_scale"])[:, :, None, None]
     want = res.inp_query_map().numpy()
     assert np.abs(q - want).max() <= 2e-5 * np.abs(want).max()
+
+
+def test_embedded_attention_maps_decode_to_the_scan_values(tiny_llama):
+    """The picker's uint16 maps, decoded as the page's script does (v / 65535), equal the scan's maps to 7.7e-6."""
+    import base64
+
+    import numpy as np
+
+    from interp.report.page import _picker_data
+
+    res = scan(tiny_llama, [random_tokens(40, seed=2)], ScanConfig(map_size=16))
+    d = _picker_data(res)
+    got = np.frombuffer(base64.b64decode(d["maps"]), dtype="<u2").reshape(2, 4, 16, 16) / 65535
+    assert np.abs(got - res.maps().numpy()).max() <= 0.5 / 65535 + 1e-9
