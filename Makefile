@@ -7,7 +7,7 @@ OUT ?= out/$(MODEL)
 
 LOCK := requirements.lock
 
-.PHONY: report test venv clean lock
+.PHONY: report test venv clean lock figures
 
 # Versions come from the lock (constraints), ranges from pyproject.toml.
 $(BIN)/interp: pyproject.toml $(LOCK)
@@ -36,6 +36,9 @@ report: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+figures: venv   # every committed figure, from analyses/ (QUICK=1: quick mode into a temp folder)
+	$(BIN)/python analyses/make_all.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) out

@@ -26,3 +26,13 @@ def test_quick_dtype_error_measures_both_dtypes(tmp_path):
     df = _load(ROOT / "benchmarks" / "dtype_error.py").main(["--quick", "--out", str(tmp_path)])
     assert list(df["dtype"]) == ["bfloat16", "float16"]
     assert (df["max_abs_slash"] < 1e-2).all() and np.isfinite(df["time_ratio"]).all()
+
+
+def test_make_all_lists_every_analysis_script_and_runs_them(tmp_path):
+    mod = _load(ROOT / "make_all.py")
+    listed = {p.resolve() for p in {**mod.SCRIPTS, **mod.OPTIONAL, **mod.BENCHMARKS}.values()}
+    on_disk = {p.resolve() for p in ROOT.glob("*.py") if p.name not in ("_common.py", "make_all.py")}
+    on_disk |= {p.resolve() for p in (ROOT / "benchmarks").glob("*.py") if p.name != "scan_speed.py"}  # scan_speed: one process per mode
+    assert on_disk <= listed, on_disk - listed
+    times = mod.main(["--quick", "--only", "frayed_rope", "--out", str(tmp_path)])
+    assert set(times) == {"frayed_rope"} and (tmp_path / "frayed_rope_summary.csv").exists()

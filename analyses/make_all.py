@@ -1,0 +1,80 @@
+"""Regenerate every committed figure: run each analysis script in turn (``make figures``).
+
+    python analyses/make_all.py [--quick] [--only NAME ...] [--out DIR] [--benchmarks]
+
+``--quick`` runs each script's quick mode (seconds to a minute each, for the tests; writes into
+``--out``, default a temporary folder so the committed gallery is not overwritten by quick numbers).
+Without it every script runs in full and writes into ``figures/``; ``--benchmarks`` adds the timing
+scripts (their numbers depend on the machine being otherwise idle). Prints each script's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# name -> path; every script under analyses/ with a main(argv) and a --quick mode (tests/test_analyses_geometry.py checks the list)
+SCRIPTS = {
+    "band_ablation": HERE / "band_ablation.py",
+    "inp_pulse": HERE / "inp_pulse.py",
+    "rope_variants_fig7": HERE / "rope_variants_fig7.py",
+    "lemma1_check": HERE / "lemma1_check.py",
+    "frayed_rope": HERE / "frayed_rope.py",
+}
+OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "embedding_cone.py"}  # present once issue 8's part lands
+BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py"}
+
+
+def scripts(benchmarks: bool = False) -> dict[str, Path]:
+    """The scripts ``make_all`` runs, in order."""
+    out = dict(SCRIPTS)
+    out.update({k: p for k, p in OPTIONAL.items() if p.exists()})
+    if benchmarks:
+        out.update(BENCHMARKS)
+    return out
+
+
+def run(name: str, path: Path, argv: list[str]) -> float:
+    """Import ``path`` as a module and call its ``main(argv)``; returns seconds."""
+    spec = importlib.util.spec_from_file_location(f"analyses_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(mod)
+        t0 = time.perf_counter()
+        mod.main(argv)
+        return time.perf_counter() - t0
+    finally:
+        sys.path.remove(str(path.parent))
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="each script's quick mode, into --out (default: a temporary folder)")
+    ap.add_argument("--only", nargs="+", default=None, help="run only these scripts (names as in SCRIPTS)")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--benchmarks", action="store_true", help="also the timing scripts")
+    args = ap.parse_args(argv)
+    todo = scripts(args.benchmarks)
+    if args.only:
+        unknown = sorted(set(args.only) - set(todo))
+        if unknown:
+            ap.error(f"unknown script(s) {unknown}; choose from {sorted(todo)}")
+        todo = {k: v for k, v in todo.items() if k in args.only}
+    out = args.out or (Path(tempfile.mkdtemp(prefix="interp-figures-")) if args.quick else None)
+    times = {}
+    for name, path in todo.items():
+        argv_ = (["--quick"] if args.quick else []) + (["--out", str(out)] if out else [])
+        times[name] = run(name, path, argv_)
+        print(f"[make_all] {name}: {times[name]:.0f} s", flush=True)
+    print(f"[make_all] {len(times)} scripts in {sum(times.values()):.0f} s" + (f"; outputs in {out}" if out else "; outputs in figures/"))
+    return times
+
+
+if __name__ == "__main__":
+    main()
