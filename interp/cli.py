@@ -1,4 +1,4 @@
-"""Command line: ``interp models | scan | ablate | sweep | merge | report | verify``."""
+"""Command line: ``interp models | scan | ablate | sweep | merge | compare | report | verify``."""
 
 from __future__ import annotations
 
@@ -273,6 +273,24 @@ def merge(dirs: List[Path] = typer.Argument(..., help="shard folders written by 
     _top_sdh(heads, 15)
     _long_summary(heads, result.config)
     console.print(f"merged {len(dirs)} shards ({result.meta['prompts']} prompts) into {out}")
+
+
+@app.command()
+def compare(dirs: List[Path] = typer.Argument(..., help="output folders of interp scan / merge (each with state/)"),
+            out: Path = typer.Option(Path("out/compare"), help="output folder for compare.csv and compare.html"),
+            names: Optional[str] = typer.Option(None, help="comma-separated names for the scans (default: model names)")) -> None:
+    """Put several scans side by side: compare.csv (one row per model, layer, head) and compare.html."""
+    from interp.report.compare import summary, write_compare
+    from interp.scan import ScanResult
+
+    try:
+        results = [ScanResult.load(d / "state") for d in dirs]
+        table = write_compare(results, out, names.split(",") if names else None)
+    except (FileNotFoundError, ValueError, InterpError) as err:
+        _fail(err)
+    s = summary(table)
+    _show(s, "Scans compared", ["model", "heads", "sdh", "sink_rate", "median_r1_q", "median_r1_k", "median_cos_qk_pre"], len(s))
+    console.print(f"wrote {out}/compare.csv and {out}/compare.html")
 
 
 @app.command()

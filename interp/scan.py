@@ -445,8 +445,11 @@ def scan(
 def merge_results(results: Sequence[ScanResult]) -> ScanResult:
     """Combine scans of the same model and settings (e.g. shards) by adding their sums.
 
+    The merged ``meta["shards"]`` lists the inputs' shard ids and ``meta["prompt_ids"]`` every prompt id once.
+
     Raises:
-        ValueError: empty input, or results from different models or settings.
+        ValueError: empty input, results from different models or settings, or a prompt id in two inputs
+            (a shard given twice would be counted twice).
     """
     if not results:
         raise ValueError("merge_results needs at least one result")
@@ -454,15 +457,30 @@ def merge_results(results: Sequence[ScanResult]) -> ScanResult:
     for r in results[1:]:
         if r.card.name != first.card.name or r.config.to_dict() != first.config.to_dict():
             raise ValueError(f"cannot merge scans of {first.card.name} and {r.card.name} or with different settings")
+    seen: dict[int, int] = {}
+    for k, r in enumerate(results):
+        for pid in r.meta.get("prompt_ids", []):
+            if pid in seen:
+                raise ValueError(f"prompt {pid} is in inputs {seen[pid]} and {k} (shards {results[seen[pid]].meta.get('shards', '?')} and "
+                                 f"{r.meta.get('shards', '?')}): merging would count it twice; give each shard once")
+            seen[pid] = k
     state = first.state
     for r in results[1:]:
         state = state + r.state
     meta = {"prompts": sum(r.meta.get("prompts", 0) for r in results),
             "tokens": [n for r in results for n in r.meta.get("tokens", [])],
             "prompt_ids": [i for r in results for i in r.meta.get("prompt_ids", [])],
+            "shards": [s for r in results for s in _shard_ids(r)],
             "merged_from": len(results)}
     meta.update({k: v for k, v in first.meta.items() if k not in meta and k != "seconds"})
     return ScanResult(first.card, first.config, state, meta)
+
+
+def _shard_ids(result: ScanResult) -> list[str]:
+    """The shard ids a result holds (a merged result lists its inputs'; a scan has one, ``meta["shard"]``)."""
+    if "shards" in result.meta:
+        return list(result.meta["shards"])
+    return [result.meta["shard"]] if "shard" in result.meta else []
 
 
 def head_table(result: ScanResult) -> pd.DataFrame:

@@ -97,3 +97,35 @@ def test_embedded_attention_maps_decode_to_the_scan_values(tiny_llama):
     d = _picker_data(res)
     got = np.frombuffer(base64.b64decode(d["maps"]), dtype="<u2").reshape(2, 4, 16, 16) / 65535
     assert np.abs(got - res.maps().numpy()).max() <= 0.5 / 65535 + 1e-9
+
+
+def test_compare_puts_scans_side_by_side(tmp_path, tiny_llama):
+    import pandas as pd
+
+    from typer.testing import CliRunner
+
+    from interp import load_model
+    from interp.cli import app
+    from interp.report.compare import compare_table, summary
+
+    prompts = [random_tokens(48, seed=s) for s in range(2)]
+    a = scan(tiny_llama, prompts, ScanConfig(map_size=8))
+    b = scan(load_model("tiny-qwen2", device="cpu"), prompts, ScanConfig(map_size=8))
+    table = compare_table([a, b])
+    assert list(dict.fromkeys(table["model"])) == ["tiny-llama", "tiny-qwen2"] and len(table) == 16
+    s = summary(table)
+    for m, r in zip(("tiny-llama", "tiny-qwen2"), (a, b)):
+        h = r.heads
+        row = s[s["model"] == m].iloc[0]
+        assert row["sdh"] == h["is_sdh"].sum() and row["sink_rate"] == h["has_sink"].mean()
+        assert sum(row[f"sdh_lag{d}"] for d in range(5)) == h["is_sdh"].sum()
+        assert row["median_r1_q"] == h["r1_q"].median()
+    for i, r in enumerate((a, b)):
+        r.save(tmp_path / f"s{i}" / "state")
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "cmp")])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "cmp-scatter" in page and "tiny-qwen2" in page and "<script src=" not in page
+    assert len(pd.read_csv(tmp_path / "cmp" / "compare.csv")) == 16
+    bad = CliRunner().invoke(app, ["compare", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "same model name" in bad.output

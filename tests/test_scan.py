@@ -261,3 +261,20 @@ def test_non_finite_queries_are_named_not_summed(tiny_llama):
     finally:
         with torch.no_grad():
             tiny_llama.hf.model.layers[1].self_attn.q_proj.weight.copy_(saved)
+
+
+def test_merge_refuses_a_shard_given_twice(tiny_llama, tmp_path):
+    """Shard ids are kept in the merged meta, and a prompt that two inputs hold is refused (no double counting)."""
+    from typer.testing import CliRunner
+
+    from interp.cli import app
+
+    args = ["scan", "tiny-llama", "--prompts", "3", "--tokens", "32", "--corpus", "random"]
+    for i in range(2):
+        assert CliRunner().invoke(app, args + ["--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}")]).exit_code == 0
+    merged = merge_results([ScanResult.load(tmp_path / f"s{i}" / "state") for i in range(2)])
+    assert merged.meta["shards"] == ["0/2", "1/2"] and sorted(merged.meta["prompt_ids"]) == [0, 1, 2]
+    with pytest.raises(ValueError, match="count it twice"):
+        merge_results([merged, ScanResult.load(tmp_path / "s1" / "state")])
+    res = CliRunner().invoke(app, ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
+    assert res.exit_code == 2 and "count it twice" in res.output
