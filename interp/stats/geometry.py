@@ -13,7 +13,9 @@ head h reads kv head ``h // group``), each before (``pre``) and after (``rot``) 
   ``r_j = (1 / (N - j)) sum_{i >= j} q_i . k_j`` (raw dot products, no scale), computed as
   ``(suffix sum of q) . k_j``. The paper normalises by the largest value over keys (``received_norm``).
 - **Maximum q.k per query** (001 Fig. 6 right): ``m_i = max_{j visible from i} q_i . k_j`` (raw dot
-  product, the model's causal and sliding-window visibility), averaged over queries.
+  product, the model's causal and sliding-window visibility), averaged over the same seeded sample of
+  queries as the cluster scores (exact per sampled query; an unbiased estimate of the mean over all
+  queries at O(sample x pos) cost instead of O(pos^2)).
 
 Every value is summed over prompts in float64 (state entries below), so scans merge by addition;
 per-position entries are divided by the number of prompts that reach the position
@@ -85,19 +87,24 @@ def received(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "
 
 
 def max_qk(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
-           window: int | None = None, block_size: int = 256) -> Float[torch.Tensor, "head pos"]:
-    """``[head, pos]``: ``max_{j visible from i} q_i . k_j`` per query i (raw dot products; float32 blocks of queries)."""
+           window: int | None = None, queries: torch.Tensor | None = None, block_size: int = 256) -> Float[torch.Tensor, "head query"]:
+    """``[head, query]``: ``max_{j visible from i} q_i . k_j`` for each query i in ``queries`` (default: all, in order).
+
+    Raw dot products in float32, blocks of ``block_size`` queries against their visible keys.
+    """
     check_qk(q, k)
     N, H = q.shape[0], q.shape[1]
     n_kv, g = k.shape[1], H // k.shape[1]
+    idx = torch.arange(N) if queries is None else queries.cpu()
     kt = k.float().permute(1, 2, 0)  # [kv, d, pos]
-    out = torch.empty(H, N, dtype=torch.float32, device=q.device)
-    for i0 in range(0, N, block_size):
-        i1 = min(N, i0 + block_size)
-        qb = q[i0:i1].float().permute(1, 0, 2).reshape(n_kv, g * (i1 - i0), -1)  # query heads of a kv head side by side
-        s = torch.matmul(qb, kt[:, :, :i1]).view(H, i1 - i0, i1)
-        vis = _visible(torch.arange(i0, i1, device=q.device), torch.arange(i1, device=q.device), window)
-        out[:, i0:i1] = s.masked_fill(~vis, float("-inf")).amax(-1)
+    out = torch.empty(H, len(idx), dtype=torch.float32, device=q.device)
+    for b0 in range(0, len(idx), block_size):
+        rows = idx[b0 : b0 + block_size].to(q.device)
+        last = int(rows.max()) + 1
+        qb = q[rows].float().permute(1, 0, 2).reshape(n_kv, g * len(rows), -1)  # query heads of a kv head side by side
+        s = torch.matmul(qb, kt[:, :, :last]).view(H, len(rows), last)
+        vis = _visible(rows, torch.arange(last, device=q.device), window)
+        out[:, b0 : b0 + len(rows)] = s.masked_fill(~vis, float("-inf")).amax(-1)
     return out
 
 
@@ -109,7 +116,7 @@ def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, s
         "geo_cluster": torch.stack([pre[0], rot[0], pre[1], rot[1]]),
         "geo_key_norm": k_pre.double().norm(dim=-1).T,
         "geo_received_pre": received(q_pre, k_pre), "geo_received_rot": received(q_rot, k_rot),
-        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window).double().mean(-1), max_qk(q_rot, k_rot, window).double().mean(-1)]),
+        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, pos).double().mean(-1), max_qk(q_rot, k_rot, window, pos).double().mean(-1)]),
     }
 
 
