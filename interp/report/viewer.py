@@ -1,0 +1,528 @@
+"""Token-level attention viewer: one prompt, any (layer, head), drawn on the prompt's own tokens.
+
+``attention_view(model, text)`` returns an ``AttentionView`` that renders inline in Jupyter
+(``_repr_html_``: plain HTML + one script, no widget server, no internet) and saves a standalone HTML
+file (``.save(path)``). The page shows
+
+- the prompt's tokens as text: hover a token (click to pin it) and the tokens *before* it turn blue by
+  where it looks (its attention row ``A[i, j]``, ``j <= i``) and the tokens *after* it turn orange by
+  what looks at it (its column ``A[j, i]``, ``j >= i``); row and column never overlap except on the
+  token itself (outlined), so both show at once;
+- a heatmap of the window (rows: queries, columns: keys) with token labels when the cells are large
+  enough, a hover read-out of every cell, and thumbnails of every shown head of the layer (click one
+  to select it);
+- a (layer, head) selector.
+
+The attention values are the model's own probabilities, recomputed exactly from the captured post-RoPE
+queries and keys (``interp.capture``) with the model's scale, causal and sliding-window masks, logit
+soft-cap and GQA/MQA mapping: the arithmetic of ``interp.capture.recompute_pattern`` (which
+``interp.verify_attention`` holds to the model's eager attention), restricted to the rows of the window
+so an 8k-token prompt never materialises an 8k x 8k matrix (the tests hold the two to 1e-6).
+
+Window: only queries *and* keys at positions ``[start, end)`` (``end = min(start + window, n_tokens)``)
+are embedded. Each query's probabilities are normalised over all its visible keys, including those
+before ``start``; the mass on those keys is embedded separately (``before``) and shown in the read-out.
+
+Embedded data (one ``<script type="application/json" class="interp-av-data">`` island; ``<``, ``>``,
+``&`` and U+2028/9 are written as ``\\uXXXX`` escapes, so no token text can close the script):
+
+- ``values``: base64 of the lower triangles of every shown head's ``[W, W]`` window block (``W = end - start``),
+  quantised as ``round(p * S)`` with ``S = 255`` (``dtype`` ``"uint8"``, absolute error <= 1/510) or
+  ``S = 65535`` (``"uint16"``, little-endian, error <= 1/131070). Order: layer (as in ``layers``), then
+  head (as in ``heads``), then query row ``r = 0..W-1``, then key column ``c = 0..r``; head block
+  ``b = li * len(heads) + hi`` starts at element ``b * W (W + 1) / 2``, row ``r`` at ``r (r + 1) / 2``
+  inside it. ``p = value / S`` is ``A[start + r, start + c]``; entries above the diagonal are 0.
+- ``before``: base64, same dtype and scale, ``[layer, head, W]``: attention of each query on keys ``< start``.
+- ``labels``: display text of the window's tokens (``\\n``, ``\\r``, ``\\t`` written as those two
+  characters); ``token_ids``; ``layers``, ``heads``, ``kv_heads``; ``start``, ``end``, ``n_tokens``.
+
+``decode_values`` is the reference decoder (the tests decode the page independently from this description).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from interp.attention import _grouped, _logits, _visible
+from interp.capture import Capture, as_tokens, capture
+from interp.errors import ConfigError
+from interp.models import LoadedModel
+
+__all__ = ["AttentionView", "attention_view", "decode_values", "view_command_main", "MAX_VALUES"]
+
+MAX_VALUES = 8_000_000  # embedded probabilities per page by default: about 10.7 MB of base64 as uint8
+_SCALE = {"uint8": 255, "uint16": 65535}
+_WS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def display_token(text: str) -> str:
+    """How a token's text is shown: as is (spaces kept), with ``\\n``, ``\\r``, ``\\t`` as two visible characters."""
+    return "".join(_WS.get(ch, ch) for ch in text)
+
+
+def _json_for_script(obj) -> str:
+    """JSON safe inside any ``<script>`` element: ``<``, ``>``, ``&``, U+2028 and U+2029 become ``\\uXXXX`` escapes."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
+def _indices(sel, n: int, what: str, model_name: str) -> list[int]:
+    """Validated, de-duplicated indices (order kept) from None (all), an int or a sequence of ints."""
+    if sel is None:
+        return list(range(n))
+    items = [sel] if isinstance(sel, (int, np.integer)) else list(sel)
+    if not items:
+        raise ConfigError(f"{what}s: pass at least one {what} index (or None for all {n})")
+    out: list[int] = []
+    for x in items:
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= int(x) < n:
+            raise ConfigError(f"{what} {x!r} is out of range: {model_name} has {what}s 0..{n - 1}")
+        if int(x) not in out:
+            out.append(int(x))
+    return out
+
+
+def parse_index_spec(spec: str | Sequence[int] | None, what: str = "layer") -> list[int] | None:
+    """``"0,2,5-7"`` -> ``[0, 2, 5, 6, 7]``; ``None`` / ``"all"`` -> None (all); a sequence passes through.
+
+    Raises:
+        ConfigError: text that is not comma-separated integers or ``a-b`` ranges.
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip() in ("", "all")):
+        return None
+    if not isinstance(spec, str):
+        return [int(x) for x in spec]
+    out = []
+    try:
+        for part in (p.strip() for p in spec.split(",")):
+            if not part:
+                continue
+            a, sep, b = part.partition("-")
+            out += list(range(int(a), int(b) + 1)) if sep else [int(a)]
+    except ValueError:
+        raise ConfigError(f"--{what}s takes comma-separated integers or ranges (e.g. 0,2,5-7) or 'all', got {spec!r}") from None
+    return out
+
+
+def _window_rows(model: LoadedModel, cap: Capture, layer: int, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact attention of queries ``start..end-1`` of ``layer`` (``end`` = captured length).
+
+    The arithmetic of ``interp.capture.recompute_pattern`` (same logits, scale, soft-cap, causal and
+    sliding-window mask and GQA grouping, from ``interp.attention``) on the window's rows only:
+    ``[head, W, end]`` logits instead of ``[head, end, end]``.
+
+    Returns:
+        ``[head, W, W]`` probabilities on the window's keys and ``[head, W]`` mass on keys ``< start``.
+    """
+    c = model.card
+    q = cap.q_rot[layer][start:]
+    k = cap.k_rot[layer]
+    end, H, n_kv = k.shape[0], q.shape[1], k.shape[1]
+    W = end - start
+    s = _logits(_grouped(q, n_kv), k.permute(1, 2, 0), c.attn_scale[layer], c.softcap).reshape(H, W, end)
+    pos = torch.arange(end, device=q.device)
+    s = s.masked_fill(~_visible(pos[start:], pos, c.sliding_window[layer]), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return p[:, :, start:], p[:, :, :start].sum(-1)
+
+
+def _encode(x: np.ndarray, dtype: str) -> str:
+    """Probabilities in [0, 1] -> base64 of ``round(x * S)`` as little-endian uint8 / uint16."""
+    S = _SCALE[dtype]
+    q = np.round(np.clip(x, 0.0, 1.0) * S).astype("u1" if dtype == "uint8" else "<u2")
+    return base64.b64encode(q.tobytes()).decode("ascii")
+
+
+def decode_values(data: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Decode a page's data island (``AttentionView.payload()`` or the JSON in the HTML).
+
+    Returns:
+        ``probs`` ``[layer, head, W, W]`` float64 (rows: queries ``start + r``, columns: keys ``start + c``;
+        0 above the diagonal) and ``before`` ``[layer, head, W]`` (mass on keys ``< start``); axes follow
+        ``data["layers"]`` and ``data["heads"]``. Absolute error of quantisation: ``0.5 / S`` (module docstring).
+    """
+    S = _SCALE[data["dtype"]]
+    dt = "u1" if data["dtype"] == "uint8" else "<u2"
+    nl, nh, W = len(data["layers"]), len(data["heads"]), data["end"] - data["start"]
+    tri = np.frombuffer(base64.b64decode(data["values"]), dtype=dt).astype(np.float64) / S
+    T = W * (W + 1) // 2
+    if tri.size != nl * nh * T:
+        raise ValueError(f"values hold {tri.size} entries, expected {nl * nh * T}")
+    rows, cols = np.tril_indices(W)  # row-major: row r holds columns 0..r
+    probs = np.zeros((nl, nh, W, W))
+    probs[:, :, rows, cols] = tri.reshape(nl, nh, T)
+    before = np.frombuffer(base64.b64decode(data["before"]), dtype=dt).astype(np.float64).reshape(nl, nh, W) / S
+    return probs, before
+
+
+@dataclass
+class AttentionView:
+    """Attention of one prompt's window for the chosen layers and heads, renderable as HTML.
+
+    Attributes:
+        model_name: the model card's name.
+        token_ids: ``[n_tokens]`` ids of the whole prompt (BOS included where the tokenizer adds one).
+        texts: decoded text of each of the window's tokens (``W = end - start`` of them); ``labels`` shows them.
+        layers, heads: the shown layer and query-head indices (in this order along ``probs``' axes).
+        kv_heads: ``[len(heads)]`` kv head each shown query head reads (``h // (n_heads // n_kv_heads)``).
+        start, end: the window: queries and keys at positions ``start..end-1``.
+        probs: ``[layer, head, W, W]`` float32 probabilities ``A[start + r, start + c]`` (exact, before quantisation).
+        before: ``[layer, head, W]`` float32 attention of each window query on keys before ``start``.
+        dtype: ``"uint8"`` or ``"uint16"``, how ``probs`` are quantised in the page.
+        sliding_window: the model's sliding window per layer (all layers; None where global).
+    """
+
+    model_name: str
+    token_ids: list[int]
+    texts: list[str]
+    layers: list[int]
+    heads: list[int]
+    kv_heads: list[int]
+    start: int
+    end: int
+    probs: np.ndarray
+    before: np.ndarray
+    dtype: str = "uint8"
+    sliding_window: list[int | None] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        """Display text of the window's tokens (``display_token``: ``\\n``, ``\\r``, ``\\t`` visible)."""
+        return [display_token(t) for t in self.texts]
+
+    @property
+    def n_tokens(self) -> int:
+        """Length of the whole prompt."""
+        return len(self.token_ids)
+
+    def pattern(self, layer: int, head: int) -> np.ndarray:
+        """``[W, W]`` float32 window block of one shown (layer, head), by model indices.
+
+        Raises:
+            ConfigError: the layer or head is not one of the shown ones.
+        """
+        if layer not in self.layers or head not in self.heads:
+            raise ConfigError(f"L{layer}H{head} is not in this view: layers {self.layers}, heads {self.heads}")
+        return self.probs[self.layers.index(layer), self.heads.index(head)]
+
+    def payload(self) -> dict:
+        """The data island embedded in the page (format: module docstring; ``decode_values`` reads it)."""
+        W = self.end - self.start
+        rows, cols = np.tril_indices(W)
+        return {
+            "format": "interp-attention-view/1", "model": self.model_name, "dtype": self.dtype,
+            "start": self.start, "end": self.end, "n_tokens": self.n_tokens,
+            "layers": self.layers, "heads": self.heads, "kv_heads": self.kv_heads,
+            "sliding_window": [self.sliding_window[li] if self.sliding_window else None for li in self.layers],
+            "token_ids": self.token_ids[self.start:self.end], "labels": self.labels,
+            "values": _encode(self.probs[:, :, rows, cols], self.dtype),
+            "before": _encode(self.before, self.dtype),
+        }
+
+    def _fragment(self, uid: str) -> str:
+        W = self.end - self.start
+        toks = []
+        for r, text in enumerate(self.texts):
+            toks.append(f'<span class="tok" data-i="{r}" title="position {self.start + r}">{html.escape(display_token(text), quote=True)}</span>')
+            if "\n" in text:  # keep the prompt's line structure
+                toks.append("<br>")
+        err = 0.5 / _SCALE[self.dtype]
+        hidden = (f" Each query also attends to keys before position {self.start}; that share is not drawn, "
+                  "and the read-out states it." if self.start > 0 else "")
+        note = (f"Positions {self.start}..{self.end - 1} of {self.n_tokens} tokens ({W} queries x {W} keys embedded"
+                f"{'' if W == self.n_tokens else '; the rest of the prompt is not in this page'}).{hidden} "
+                f"Values: exact attention recomputed from post-RoPE q/k with the model's scale and masks, "
+                f"stored as {self.dtype} (error &lt;= {err:.1e}).")
+        return (
+            f'<div class="interp-av" id="{uid}">\n<style>{_CSS}</style>\n'
+            f'<div class="hdr"><b>{html.escape(self.model_name)}</b> attention &nbsp; '
+            '<label>layer <select class="sel-layer"></select></label> '
+            '<label>head <select class="sel-head"></select></label> '
+            '<label><input type="checkbox" class="norm"> scale colours to the row / column maximum</label></div>\n'
+            f'<p class="note">{note}</p>\n'
+            '<p class="note">Hover a token (click to pin it): <span class="key-row">blue</span> = where it looks (its row), '
+            '<span class="key-col">orange</span> = what looks at it (its column). Heatmap: rows are queries, columns keys, '
+            'white (0) to dark blue (1); hover a cell to read it, click a thumbnail to pick a head.</p>\n'
+            '<p class="nojs">Interactive view: needs JavaScript (in Jupyter, run the cell or trust the notebook).</p>\n'
+            f'<div class="tokens">{"".join(toks)}</div>\n'
+            '<div class="readout"></div>\n'
+            '<div class="thumbs"></div>\n'
+            '<div class="heat"><canvas class="hm"></canvas><div class="tip"></div></div>\n'
+            f'<script type="application/json" class="interp-av-data">{_json_for_script(self.payload())}</script>\n'
+            f'<script>{_JS.replace("__UID__", uid)}</script>\n</div>'
+        )
+
+    def _repr_html_(self) -> str:
+        """Inline HTML for Jupyter (a fresh element id on every render)."""
+        return self._fragment(_uid())
+
+    def html(self) -> str:
+        """A standalone page (works offline: no external scripts or styles)."""
+        title = html.escape(f"interp attention view: {self.model_name}")
+        return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
+                f'<style>body{{font-family:system-ui,sans-serif;margin:24px}}</style></head>\n<body>\n'
+                f"{self._fragment(_uid())}\n</body></html>\n")
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``html()`` to ``path`` (parent folders created). Returns the path."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(self.html(), encoding="utf-8")
+        return p
+
+
+def _uid() -> str:
+    return "interp-av-" + uuid.uuid4().hex[:12]
+
+
+def attention_view(model: LoadedModel, tokens_or_text, *, layers: int | Sequence[int] | None = None,
+                   heads: int | Sequence[int] | None = None, window: int = 512, start: int = 0,
+                   dtype: str = "uint8", max_values: int = MAX_VALUES, beyond_context: bool = False) -> AttentionView:
+    """Token-level attention of one prompt, for a window of positions and the chosen layers and heads.
+
+    Args:
+        model: a loaded model (``interp.load_model``).
+        tokens_or_text: a string (tokenised with BOS where the tokenizer adds one), or ``[pos]`` / ``[1, pos]`` ids.
+        layers: layer indices to include (an int, a list, or None for all).
+        heads: query-head indices to include (an int, a list, or None for all).
+        window: number of positions shown; queries and keys ``start .. min(start + window, n_tokens) - 1``.
+        start: first position of the window.
+        dtype: ``"uint8"`` (default; absolute error <= 0.002) or ``"uint16"`` (<= 7.6e-6) in the page.
+        max_values: refuse views that would embed more probabilities than this
+            (``len(layers) * len(heads) * W * (W + 1) / 2``; 8M is about 11 MB of page as uint8).
+        beyond_context: allow a prompt longer than the model's context (as ``interp.capture``).
+
+    Returns:
+        AttentionView (``probs`` ``[layer, head, W, W]``, ``before`` ``[layer, head, W]``; ``.html()``, ``.save()``).
+
+    Cost: one forward over the first ``start + W`` tokens (later tokens cannot change the window's
+    attention), then ``[head, W, start + W]`` logits per layer.
+
+    Raises:
+        ConfigError: a layer or head index out of range, a window < 1, a start outside the prompt, an
+            unknown dtype, or a view larger than ``max_values``; the message says which and the valid range.
+        PromptError / ShapeError: the prompt itself (empty, ids outside the vocabulary, longer than the context).
+    """
+    card = model.card
+    toks = as_tokens(model, tokens_or_text, beyond_context=beyond_context)
+    N = int(toks.numel())
+    L = _indices(layers, card.n_layers, "layer", card.name)
+    Hs = _indices(heads, card.n_heads, "head", card.name)
+    if dtype not in _SCALE:
+        raise ConfigError(f"dtype must be 'uint8' or 'uint16', got {dtype!r}")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise ConfigError(f"window must be an integer >= 1, got {window!r}")
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < N:
+        raise ConfigError(f"start {start!r} is outside the prompt: pick start in 0..{N - 1} ({N} tokens)")
+    start, end = int(start), min(int(start) + int(window), N)
+    W = end - start
+    n_values = len(L) * len(Hs) * W * (W + 1) // 2
+    if n_values > max_values:
+        raise ConfigError(f"the view would embed {n_values:,} values ({len(L)} layers x {len(Hs)} heads x {W} positions), "
+                          f"over max_values={max_values:,}: pass fewer layers / heads or a smaller window")
+    cap = capture(model, toks[:end], beyond_context=beyond_context)
+    probs = np.zeros((len(L), len(Hs), W, W), dtype=np.float32)
+    before = np.zeros((len(L), len(Hs), W), dtype=np.float32)
+    hidx = torch.tensor(Hs)
+    with torch.no_grad():
+        for li, layer in enumerate(L):
+            p, b = _window_rows(model, cap, layer, start)
+            probs[li] = p[hidx.to(p.device)].float().cpu().numpy()
+            before[li] = b[hidx.to(b.device)].float().cpu().numpy()
+    group = card.n_heads // card.n_kv_heads
+    raw = [model.tokenizer.decode([int(i)]) for i in toks[start:end]]
+    return AttentionView(model_name=card.name, token_ids=[int(i) for i in toks], texts=raw,
+                         layers=L, heads=Hs, kv_heads=[h // group for h in Hs], start=start, end=end, probs=probs,
+                         before=before, dtype=dtype, sliding_window=list(card.sliding_window))
+
+
+def view_command_main(model_name: str, text: str | None = None, file: str | Path | None = None,
+                      out: str | Path = "view.html", layers: str | Sequence[int] | None = None,
+                      heads: str | Sequence[int] | None = None, window: int = 512, start: int = 0,
+                      device: str | None = None, dtype: str | None = None) -> Path:
+    """What ``interp view MODEL --text "..." | --file F --out view.html`` does: load, view, save.
+
+    Args:
+        model_name: as ``interp.load_model``.
+        text / file: the prompt, given as text or as a UTF-8 file (exactly one of the two).
+        out: the HTML file to write.
+        layers, heads: ``"0,2,5-7"``, ``"all"`` / None, or a list of ints.
+        window, start: the window of positions (``attention_view``).
+        device, dtype: as ``interp.load_model`` (the model's dtype, not the page's).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ConfigError: both or neither of text / file, an unreadable file, bad indices or window (``attention_view``).
+        Other ``InterpError``: from loading the model or tokenising the prompt.
+    """
+    from interp.models import load_model
+
+    if (text is None) == (file is None):
+        raise ConfigError("pass exactly one of --text and --file")
+    if file is not None:
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"--file {file}: cannot read it as UTF-8 text ({err.__class__.__name__})") from None
+    model = load_model(model_name, device=device, dtype=dtype)
+    view = attention_view(model, text, layers=parse_index_spec(layers, "layer"), heads=parse_index_spec(heads, "head"),
+                          window=window, start=start)
+    return view.save(out)
+
+
+def normalise_ids(page: str) -> str:
+    """``page`` with every element id of the viewer replaced by ``interp-av-ID`` (stable text for snapshots)."""
+    return re.sub(r"interp-av-[0-9a-f]{12}", "interp-av-ID", page)
+
+
+_CSS = """
+.interp-av{font-family:system-ui,sans-serif;font-size:14px;color:#222;max-width:1100px}
+.interp-av .hdr{margin:4px 0} .interp-av .hdr label{margin-left:10px}
+.interp-av .note{color:#555;font-size:12px;margin:4px 0}
+.interp-av .key-row{background:rgba(33,102,172,.6);color:#fff;padding:0 3px}
+.interp-av .key-col{background:rgba(230,97,1,.6);color:#fff;padding:0 3px}
+.interp-av .nojs{color:#a00;font-size:12px}
+.interp-av .tokens{font-family:ui-monospace,monospace;font-size:13px;line-height:1.9;padding:6px;background:#fafafa;border:1px solid #eee;max-height:320px;overflow:auto}
+.interp-av .tok{white-space:pre;border:1px solid #e4e4e4;border-radius:2px;padding:0 1px;margin:0 1px;cursor:pointer}
+.interp-av .tok.sel{outline:2px solid #111}
+.interp-av .readout{font-size:12px;height:5.6em;overflow:auto;line-height:1.35;margin:6px 0;white-space:pre-wrap;font-family:ui-monospace,monospace}
+.interp-av .thumbs{display:flex;flex-wrap:wrap;gap:6px;margin:6px 0}
+.interp-av .thumbs figure{margin:0;text-align:center;font-size:11px;cursor:pointer;border:2px solid transparent}
+.interp-av .thumbs figure.on{border-color:#111}
+.interp-av .thumbs canvas{display:block;image-rendering:pixelated}
+.interp-av .heat{position:relative;display:inline-block}
+.interp-av .hm{image-rendering:pixelated;cursor:crosshair}
+.interp-av .tip{position:absolute;display:none;background:#fff;border:1px solid #999;padding:2px 5px;font-size:12px;pointer-events:none;white-space:pre;font-family:ui-monospace,monospace}
+"""
+
+# Everything the script writes uses textContent / fillText: token text is never parsed as HTML.
+_JS = r"""
+(function(){
+// Find this view's root: the script's own container (JupyterLab runs output scripts before the output is
+// attached to the document), else by id, retried while a notebook front-end is still inserting the output.
+var me = document.currentScript;
+function start(tries){
+  var root = (me && me.closest && me.closest(".interp-av")) || document.getElementById("__UID__");
+  if (root && root.id === "__UID__") init(root);
+  else if (tries < 50) setTimeout(function(){ start(tries + 1); }, 100);
+}
+function init(root){
+var D = JSON.parse(root.querySelector("script.interp-av-data").textContent);
+root.querySelector(".nojs").style.display = "none";
+function bytes(b64){ var s = atob(b64), a = new Uint8Array(s.length); for (var i = 0; i < s.length; i++) a[i] = s.charCodeAt(i); return a; }
+var S = D.dtype === "uint16" ? 65535 : 255;
+var vb = bytes(D.values), bb = bytes(D.before);
+var V = D.dtype === "uint16" ? new Uint16Array(vb.buffer) : vb, B = D.dtype === "uint16" ? new Uint16Array(bb.buffer) : bb;
+var W = D.end - D.start, T = W * (W + 1) / 2, NH = D.heads.length;
+var li = 0, hi = 0, pinned = -1, cur = -1;
+function A(r, c){ return c > r ? 0 : V[(li * NH + hi) * T + r * (r + 1) / 2 + c] / S; }
+function Ahead(l, h, r, c){ return c > r ? 0 : V[(l * NH + h) * T + r * (r + 1) / 2 + c] / S; }
+function before(r){ return B[(li * NH + hi) * W + r] / S; }
+var toks = root.querySelectorAll(".tok"), readout = root.querySelector(".readout");
+var selL = root.querySelector(".sel-layer"), selH = root.querySelector(".sel-head"), norm = root.querySelector(".norm");
+D.layers.forEach(function(l, i){ selL.add(new Option("layer " + l + (D.sliding_window[i] ? " (sliding window " + D.sliding_window[i] + ")" : ""), i)); });
+D.heads.forEach(function(h, i){ selH.add(new Option("head " + h + " (kv head " + D.kv_heads[i] + ")", i)); });
+function fmt(v){ return v.toFixed(3); }
+function lab(r){ return "\u201c" + D.labels[r] + "\u201d"; }
+function top(pairs){ pairs.sort(function(a, b){ return b[1] - a[1]; });
+  return pairs.slice(0, 4).map(function(p){ return (D.start + p[0]) + " " + lab(p[0]) + " " + fmt(p[1]); }).join(", "); }
+function paint(r){
+  var row = [], col = [], mr = 0, mc = 0, j;
+  for (j = 0; j < W; j++){ row.push(A(r, j)); col.push(A(j, r)); }
+  for (j = 0; j <= r; j++) mr = Math.max(mr, row[j]);
+  for (j = r; j < W; j++) mc = Math.max(mc, col[j]);
+  for (j = 0; j < W; j++){
+    var t = toks[j], a;
+    t.classList.toggle("sel", j === r);
+    if (r < 0){ t.style.background = ""; t.title = "position " + (D.start + j); continue; }
+    if (j <= r){ a = norm.checked && mr > 0 ? row[j] / mr : row[j]; t.style.background = "rgba(33,102,172," + a.toFixed(3) + ")"; }
+    else { a = norm.checked && mc > 0 ? col[j] / mc : col[j]; t.style.background = "rgba(230,97,1," + a.toFixed(3) + ")"; }
+    t.title = "position " + (D.start + j) + (j <= r ? ": attention from the selected token " : ": attention to the selected token ") + fmt(j <= r ? row[j] : col[j]);
+  }
+  if (r < 0){ readout.textContent = "Hover a token or a heatmap cell."; return; }
+  var rp = [], cp = [];
+  for (j = 0; j <= r; j++) rp.push([j, row[j]]);
+  for (j = r; j < W; j++) cp.push([j, col[j]]);
+  readout.textContent = "L" + D.layers[li] + "H" + D.heads[hi] + "  query " + (D.start + r) + " " + lab(r) + (pinned >= 0 ? "  (pinned; click again to release)" : "") +
+    "\n  looks at: " + top(rp) + (D.start > 0 ? "\n  on keys before position " + D.start + " (not shown): " + fmt(before(r)) : "") +
+    "\n  looked at by: " + top(cp);
+}
+function show(r){ cur = r; paint(r); drawHeat(); }
+toks.forEach(function(t){
+  var r = +t.getAttribute("data-i");
+  t.addEventListener("mouseenter", function(){ if (pinned < 0) show(r); });
+  t.addEventListener("click", function(){ pinned = pinned === r ? -1 : r; show(r); });
+});
+root.querySelector(".tokens").addEventListener("mouseleave", function(){ if (pinned < 0) show(-1); });
+var cv = root.querySelector(".hm"), tip = root.querySelector(".tip"), ctx = cv.getContext("2d");
+var cell = Math.max(1, Math.min(22, Math.floor(560 / W))), labels = cell >= 10, M = labels ? 110 : 36, dpr = window.devicePixelRatio || 1;
+cv.width = (M + W * cell + 4) * dpr; cv.height = (M + W * cell + 4) * dpr;
+cv.style.width = (M + W * cell + 4) + "px"; cv.style.height = (M + W * cell + 4) + "px";
+function blue(v){ return "rgb(" + Math.round(247 - 239 * v) + "," + Math.round(251 - 203 * v) + "," + Math.round(255 - 148 * v) + ")"; }
+function short(s){ return s.length > 12 ? s.slice(0, 11) + "\u2026" : s; }
+function drawHeat(){
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0); ctx.clearRect(0, 0, cv.width, cv.height);
+  var img = ctx.createImageData(W, W), d = img.data;
+  for (var r = 0; r < W; r++) for (var c = 0; c < W; c++){ var v = A(r, c), o = 4 * (r * W + c);
+    d[o] = 247 - 239 * v; d[o + 1] = 251 - 203 * v; d[o + 2] = 255 - 148 * v; d[o + 3] = 255; }
+  var off = document.createElement("canvas"); off.width = W; off.height = W; off.getContext("2d").putImageData(img, 0, 0);
+  ctx.imageSmoothingEnabled = false; ctx.drawImage(off, M, M, W * cell, W * cell);
+  ctx.fillStyle = "#333"; ctx.font = (labels ? 11 : 10) + "px monospace";
+  if (labels){
+    ctx.textAlign = "right"; ctx.textBaseline = "middle";
+    for (var i = 0; i < W; i++) ctx.fillText(short(D.labels[i]), M - 4, M + (i + 0.5) * cell);
+    for (i = 0; i < W; i++){ ctx.save(); ctx.translate(M + (i + 0.5) * cell, M - 4); ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(short(D.labels[i]), 0, 0); ctx.restore(); }
+  } else {
+    ctx.textAlign = "left"; ctx.textBaseline = "bottom";
+    ctx.fillText("keys " + D.start + ".." + (D.end - 1) + " \u2192", M, M - 4);
+    ctx.save(); ctx.translate(M - 4, M); ctx.rotate(Math.PI / 2); ctx.fillText("queries \u2192", 0, 0); ctx.restore();
+  }
+  if (cur >= 0){ ctx.strokeStyle = "#e66101"; ctx.lineWidth = 1; ctx.strokeRect(M, M + cur * cell, W * cell, cell); ctx.strokeRect(M + cur * cell, M, cell, W * cell); }
+}
+cv.addEventListener("mousemove", function(e){
+  var b = cv.getBoundingClientRect(), c = Math.floor((e.clientX - b.left - M) / cell), r = Math.floor((e.clientY - b.top - M) / cell);
+  if (r < 0 || c < 0 || r >= W || c >= W){ tip.style.display = "none"; return; }
+  tip.textContent = "query " + (D.start + r) + " " + lab(r) + "\nkey   " + (D.start + c) + " " + lab(c) + "\nA = " + (c > r ? "0 (future key)" : fmt(A(r, c)));
+  tip.style.left = (e.clientX - b.left + 14) + "px"; tip.style.top = (e.clientY - b.top + 14) + "px"; tip.style.display = "block";
+  if (pinned < 0 && r !== cur) show(r);
+});
+cv.addEventListener("mouseleave", function(){ tip.style.display = "none"; });
+var thumbs = root.querySelector(".thumbs");
+function drawThumbs(){
+  thumbs.textContent = "";
+  var n = Math.min(W, 72), k = W / n;
+  D.heads.forEach(function(h, j){
+    var f = document.createElement("figure"), c = document.createElement("canvas"), cap = document.createElement("figcaption");
+    c.width = n; c.height = n; c.style.width = "72px"; c.style.height = "72px";
+    var x = c.getContext("2d"), img = x.createImageData(n, n), d = img.data;
+    for (var a = 0; a < n; a++) for (var b = 0; b <= a; b++){ var m = 0;
+      for (var r = Math.floor(a * k); r < Math.floor((a + 1) * k); r++) for (var cc = Math.floor(b * k); cc < Math.floor((b + 1) * k); cc++) m = Math.max(m, Ahead(li, j, r, cc));
+      var o = 4 * (a * n + b); d[o] = 247 - 239 * m; d[o + 1] = 251 - 203 * m; d[o + 2] = 255 - 148 * m; d[o + 3] = 255; }
+    x.putImageData(img, 0, 0);
+    cap.textContent = "H" + h; f.appendChild(c); f.appendChild(cap); f.className = j === hi ? "on" : "";
+    f.addEventListener("click", function(){ selH.value = j; select(); });
+    thumbs.appendChild(f);
+  });
+}
+function select(){ var l = +selL.value; hi = +selH.value; if (l !== li){ li = l; drawThumbs(); }
+  thumbs.querySelectorAll("figure").forEach(function(f, j){ f.className = j === hi ? "on" : ""; }); show(pinned >= 0 ? pinned : cur); }
+selL.onchange = select; selH.onchange = select; norm.onchange = function(){ show(cur); };
+drawThumbs(); show(-1);
+}
+start(0);
+})();
+"""
