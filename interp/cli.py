@@ -1,4 +1,4 @@
-"""Command line: ``interp models | scan | ablate | sweep | merge | compare | report | verify``."""
+"""Command line: ``interp models | scan | ablate | sweep | view | merge | compare | report | verify``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ console = Console()
 MODEL = typer.Argument("smollm2-135m", help="zoo name, ORG/NAME (Hugging Face hub id) or local:PATH")
 DEVICE = typer.Option("auto", help="cpu | cuda | auto (cuda when available)")
 DTYPE = typer.Option("float32", help="float32 | bfloat16 | float16 (the model's; scan sums stay float64)")
+EXECUTOR = typer.Option("local", help="local (this process) | ray (workers on a local or existing Ray cluster)")
+WORKERS = typer.Option(2, help="Ray workers (each loads the model once); ignored by --executor local")
+ADDRESS = typer.Option(None, help="an existing Ray cluster to join (auto, ray://host:10001); default: start a local one")
 CORPUS = typer.Option("pydoc", help="pydoc | stdlib | random")
 PROMPTS = typer.Option(8, help="number of prompts")
 TOKENS = typer.Option(1024, help="tokens per prompt")
@@ -98,10 +101,14 @@ def scan(
                                         help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
     device: str = DEVICE,
     dtype: str = DTYPE,
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
     top: int = typer.Option(15, help="rows of the SDH table to print"),
 ) -> None:
     """Scan a model on a corpus; write heads.csv, long_slash.csv, report.html and raw state into OUT."""
     from interp import corpus as corpus_mod
+    from interp.executor import ModelSpec, run_scan as run_sharded
     from interp.models import load_model
     from interp.report.bundle import write_outputs
     from interp.scan import ScanConfig, scan as run_scan
@@ -114,7 +121,13 @@ def scan(
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)[i::n]
         ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
         meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
-        result = run_scan(m, p, cfg, progress=True, meta=meta, prompt_ids=ids)
+        if executor == "local":
+            result = run_scan(m, p, cfg, progress=True, meta=meta, prompt_ids=ids)
+        else:
+            if n > 1:
+                raise InterpError("--shard and --executor ray both split the prompts; use one of them")
+            result = run_sharded(ModelSpec(model, str(m.device), dtype), p, cfg, executor=executor, workers=workers,
+                                 address=address, meta={"corpus": corpus, "seed": seed})
         ood_result = None
         if ood:
             r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
@@ -160,6 +173,9 @@ def ablate(
     block_size: int = typer.Option(32, help="queries per attention block"),
     device: str = DEVICE,
     dtype: str = DTYPE,
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
 ) -> None:
     """Frequency band ablation (paper 004 Table 5, Fig. 8): slash scores with high / medium / low planes unrotated.
 
@@ -169,10 +185,11 @@ def ablate(
     """
     from interp import corpus as corpus_mod
     from interp.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
+    from interp.executor import ModelSpec, run_scan as run_sharded
     from interp.rope_variants import parse_variant
     from interp.models import load_model
     from interp.report.bundle import write_outputs
-    from interp.scan import ScanConfig, scan as run_scan
+    from interp.scan import ScanConfig
 
     extra = {"custom": _int_list(planes, "--planes")} if planes else None
     chosen = _int_list(layers, "--layers")
@@ -182,7 +199,8 @@ def ablate(
         variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + tuple(parse_variant(v) for v in variant)
         cfg = ScanConfig(block_size=block_size, variants=variants, inp=True)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
-        result = run_scan(m, p, cfg, progress=True, meta={"corpus": corpus, "seed": seed})
+        result = run_sharded(ModelSpec(model, str(m.device), dtype), p, cfg, executor=executor, workers=workers, address=address,
+                             model=m, progress=True, meta={"corpus": corpus, "seed": seed})
         cause = None
         if causal:
             cause = causal_ablation(m, p, variants, chosen, cfg, progress=True, baseline=result)
@@ -222,6 +240,9 @@ def sweep(
     block_size: int = typer.Option(32, help="queries per attention block"),
     device: str = DEVICE,
     dtype: str = DTYPE,
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
 ) -> None:
     """Scan the same prompts' prefixes at several lengths; write sweep.csv, sweep.html and one state folder per length.
 
@@ -230,6 +251,7 @@ def sweep(
     """
     from interp import corpus as corpus_mod
     from interp.models import load_model
+    from interp.executor import ModelSpec
     from interp.report.sweep_page import write_sweep_report
     from interp.scan import ScanConfig
     from interp.sweep import check_lengths, sweep as run_sweep
@@ -244,7 +266,8 @@ def sweep(
                           f"are beyond {escape(m.card.name)}'s context: positions out of distribution", soft_wrap=True)
         p = corpus_mod.prompts(m, corpus, prompts, ns[-1], seed, beyond_context=beyond_context)
         cfg = ScanConfig(block_size=block_size, geometry=True, cluster_points=cluster_points)
-        result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed})
+        result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed},
+                           executor=executor, workers=workers, address=address, spec=ModelSpec(model, str(m.device), dtype))
     except InterpError as err:
         _fail(err)
     result.save(out)
@@ -254,6 +277,29 @@ def sweep(
     _show(summary, "Median over heads by length", list(summary.columns), len(summary))
     secs = sum(r.meta["seconds"] for r in result.results.values())
     console.print(f"{m.card.name}: {prompts} prompts at {len(ns)} lengths in {secs:.0f} s; wrote {out}/sweep.csv and {out}/sweep.html")
+
+
+@app.command()
+def view(
+    model: str = MODEL,
+    text: Optional[str] = typer.Option(None, help="the prompt"),
+    file: Optional[Path] = typer.Option(None, help="read the prompt from this file"),
+    out: Path = typer.Option(Path("view.html"), help="the page to write"),
+    layers: Optional[str] = typer.Option(None, help="layers to include, e.g. 0,3-5 (default all)"),
+    heads: Optional[str] = typer.Option(None, help="heads to include, e.g. 2 or 0-3 (default all)"),
+    window: int = typer.Option(512, help="tokens shown: queries and keys in [start, start + window)"),
+    start: int = typer.Option(0, help="first token of the window"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+) -> None:
+    """Token-level attention viewer: one offline HTML page (hover a token: where it looks, what looks at it)."""
+    from interp.report.viewer import view_command_main
+
+    try:
+        path = view_command_main(model, text, file, out, layers, heads, window, start, device=device, dtype=dtype)
+    except InterpError as err:
+        _fail(err)
+    console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser, it works offline")
 
 
 @app.command()

@@ -472,7 +472,7 @@ def merge_results(results: Sequence[ScanResult]) -> ScanResult:
             "prompt_ids": [i for r in results for i in r.meta.get("prompt_ids", [])],
             "shards": [s for r in results for s in _shard_ids(r)],
             "merged_from": len(results)}
-    meta.update({k: v for k, v in first.meta.items() if k not in meta and k != "seconds"})
+    meta.update({k: v for k, v in first.meta.items() if k not in meta and k not in ("seconds", "shard", "worker_pid")})
     return ScanResult(first.card, first.config, state, meta)
 
 

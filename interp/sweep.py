@@ -22,7 +22,8 @@ import torch
 
 from interp.errors import ConfigError, PromptError
 from interp.models import LoadedModel
-from interp.scan import ScanConfig, ScanResult, scan
+from interp.executor import ModelSpec, ray_workers, run_scan
+from interp.scan import ScanConfig, ScanResult
 
 
 @dataclass
@@ -97,6 +98,10 @@ def sweep(
     beyond_context: bool = False,
     progress: bool = False,
     meta: dict | None = None,
+    executor: str = "local",
+    workers: int = 2,
+    address: str | None = None,
+    spec: ModelSpec | None = None,
 ) -> SweepResult:
     """Scan the prefixes ``prompts[:, :n]`` for every ``n`` in ``lengths``.
 
@@ -108,6 +113,8 @@ def sweep(
         beyond_context: allow lengths beyond the model's context.
         progress: tqdm bars.
         meta: extra ``meta`` entries of every scan.
+        executor, workers, address, spec: run each length's scan on Ray workers (``interp.executor``; the same
+            workers serve every length; ``spec`` says how they load the model, default ``ModelSpec(model.card.name)``).
 
     Returns:
         SweepResult (``.table``: one row per length, layer and head).
@@ -118,8 +125,10 @@ def sweep(
     toks = [torch.as_tensor(p, dtype=torch.long) for p in prompts]
     ns = check_lengths(lengths, min(t.numel() for t in toks), model.card.context_length, beyond_context)
     cfg = config or ScanConfig(geometry=True)
+    spec = spec or ModelSpec(model.card.name, str(model.device), model.card.dtype)
+    actors = ray_workers(spec, workers, address) if executor == "ray" else None
     results = {}
     for n in ns:
-        results[n] = scan(model, [t[:n] for t in toks], replace(cfg), progress=progress, meta={**(meta or {}), "length": n},
-                          beyond_context=beyond_context)
+        results[n] = run_scan(spec, [t[:n] for t in toks], replace(cfg), executor=executor, model=model, actors=actors,
+                              progress=progress, meta={**(meta or {}), "length": n}, beyond_context=beyond_context)
     return SweepResult(results)

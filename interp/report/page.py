@@ -28,9 +28,12 @@ LONG_STRIDE = 10  # lag step of the long-range spectra embedded in the page
 
 
 def _script_json(obj) -> str:
-    """JSON safe to place inside <script>: no '</' sequence can close the tag."""
+    """JSON safe inside <script>: ``<``, ``>``, ``&`` and U+2028/9 as ``\\uXXXX``, so no ``</script>`` or ``<!--`` in
+    token text can end the script or change how the browser parses it (the JSON value is unchanged)."""
     text = obj if isinstance(obj, str) else json.dumps(obj)
-    return text.replace("</", "<\\/")
+    for ch in "<>&\u2028\u2029":
+        text = text.replace(ch, f"\\u{ord(ch):04x}")
+    return text
 
 
 def _figure(fig: go.Figure, div_id: str) -> str:

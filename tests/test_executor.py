@@ -1,0 +1,105 @@
+"""Executors: the Ray path equals one single-process pass, survives a killed worker, and never counts a shard twice."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from interp.errors import ConfigError
+from interp.executor import ModelSpec, ray_workers, run_scan, shard_ids
+from interp.models import is_installed
+from interp.scan import ScanConfig, scan
+from tests.conftest import random_tokens
+
+ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)  # slots, not cores: no actor waits for a slot
+    yield
+    ray.shutdown()
+
+
+def _close(a, b, atol=1e-6):
+    assert set(a.state) == set(b.state)
+    for name in a.state:
+        torch.testing.assert_close(a.state[name], b.state[name], atol=atol, rtol=1e-6)
+
+
+def test_shards_cover_every_prompt_once():
+    parts = shard_ids(7, 3)
+    assert parts == [[0, 3, 6], [1, 4], [2, 5]] and shard_ids(2, 4) == [[0], [1]]
+
+
+def test_local_executor_is_the_single_process_scan(tiny_llama):
+    prompts = [random_tokens(40, seed=s) for s in range(3)]
+    _close(run_scan(ModelSpec("tiny-llama"), prompts, executor="local", model=tiny_llama), scan(tiny_llama, prompts))
+    with pytest.raises(ConfigError, match="unknown executor"):
+        run_scan(ModelSpec("tiny-llama"), prompts, executor="dask")
+
+
+def test_ray_with_two_workers_equals_one_pass(ray_cluster, tiny_llama):
+    prompts = [random_tokens(n, seed=n) for n in (40, 55, 33, 61, 47)]
+    cfg = ScanConfig(block_size=16, geometry=True, cluster_points=20)
+    got = run_scan(ModelSpec("tiny-llama"), prompts, cfg, executor="ray", workers=2)
+    _close(got, scan(tiny_llama, prompts, cfg))
+    assert got.meta["shards"] == ["0/2", "1/2"] and sorted(got.meta["prompt_ids"]) == [0, 1, 2, 3, 4]
+    assert len(got.meta["worker_pids"]) == 2 and os.getpid() not in got.meta["worker_pids"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
+def test_ray_on_the_default_model_equals_one_pass(ray_cluster, smollm2):
+    from interp import corpus
+
+    prompts = corpus.prompts(smollm2, "pydoc", 2, 128)
+    _close(run_scan(ModelSpec("smollm2-135m"), prompts, executor="ray", workers=2), scan(smollm2, prompts))
+
+
+def test_a_killed_worker_is_restarted_and_its_shard_retried(ray_cluster, tiny_llama):
+    """SIGKILL one worker in the middle of its shard: the merged result is still complete and identical."""
+    prompts = [random_tokens(3000, seed=s) for s in range(48)]  # about 4 s of work per shard
+    actors = ray_workers(ModelSpec("tiny-llama"), 2)
+    pids = ray.get([a.pid.remote() for a in actors])  # both loaded
+    out = {}
+    job = threading.Thread(target=lambda: out.setdefault("r", run_scan(ModelSpec("tiny-llama"), prompts, executor="ray",
+                                                                      actors=actors, beyond_context=True)))
+    job.start()
+    time.sleep(1.5)
+    os.kill(pids[0], signal.SIGKILL)
+    job.join(timeout=180)
+    res = out["r"]
+    assert pids[0] not in res.meta["worker_pids"]  # shard 0 came back from the restarted worker
+    assert sorted(res.meta["prompt_ids"]) == list(range(48)) and res.meta["prompts"] == 48
+    _close(res, scan(tiny_llama, prompts, beyond_context=True))
+
+
+def test_missing_ray_is_one_clear_line(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError()) if name == "ray" else real(name, *a, **k))
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[ray\]'"):
+        ray_workers(ModelSpec("tiny-llama"), 1)
+
+
+def test_scan_and_sweep_commands_on_ray_equal_local(ray_cluster, tmp_path):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from interp.cli import app
+
+    args = ["scan", "tiny-qwen2", "--prompts", "3", "--tokens", "48", "--corpus", "random"]
+    for ex in ("local", "ray"):
+        res = CliRunner().invoke(app, args + ["--executor", ex, "--workers", "2", "--out", str(tmp_path / ex)])
+        assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "local" / "heads.csv"), pd.read_csv(tmp_path / "ray" / "heads.csv"), atol=1e-6)
+    sw = ["sweep", "tiny-qwen2", "--lengths", "32,64", "--corpus", "random", "--cluster-points", "20"]
+    for ex in ("local", "ray"):
+        res = CliRunner().invoke(app, sw + ["--executor", ex, "--out", str(tmp_path / f"sw-{ex}")])
+        assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "sw-local" / "sweep.csv"), pd.read_csv(tmp_path / "sw-ray" / "sweep.csv"), atol=1e-6)
