@@ -220,13 +220,6 @@ def ablate(
                   f"{result.meta['seconds']:.1f} s; wrote {out}/band_ablation.csv and {out}/report.html")
 
 
-def _lengths(spec: str) -> list[int]:
-    try:
-        return [int(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        _fail(InterpError(f"--lengths takes comma-separated integers (e.g. 512,1024,2048), got {spec!r}"))
-
-
 @app.command()
 def sweep(
     model: str = MODEL,
@@ -256,7 +249,7 @@ def sweep(
     from interp.scan import ScanConfig
     from interp.sweep import check_lengths, sweep as run_sweep
 
-    ns = _lengths(lengths)
+    ns = _int_list(lengths, "--lengths") or []
     try:
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype)
