@@ -25,6 +25,7 @@ SCRIPTS = {
     "rope_variants_fig7": HERE / "rope_variants_fig7.py",
     "lemma1_check": HERE / "lemma1_check.py",
     "frayed_rope": HERE / "frayed_rope.py",
+    "compare_zoo": HERE / "compare_zoo.py",
 }
 OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
