@@ -57,8 +57,8 @@ def length_figure(s: pd.DataFrame, model: str, context: int) -> go.Figure:
         r, c = k // 3 + 1, k % 3 + 1
         for col in cols:
             d = s[s.measure == col].sort_values("length")
-            fig.add_trace(go.Scatter(x=d.length, y=d.q75, line=dict(width=0), showlegend=False, hoverinfo="skip"), r, c)
-            fig.add_trace(go.Scatter(x=d.length, y=d.q25, fill="tonexty", line=dict(width=0), fillcolor="rgba(0,0,0,0.08)",
+            fig.add_trace(go.Scatter(x=d.length, y=d.q75, mode="lines", line=dict(width=0), showlegend=False, hoverinfo="skip"), r, c)
+            fig.add_trace(go.Scatter(x=d.length, y=d.q25, mode="lines", fill="tonexty", line=dict(width=0), fillcolor="rgba(0,0,0,0.08)",
                                      showlegend=False, hoverinfo="skip"), r, c)
             fig.add_trace(go.Scatter(x=d.length, y=d["median"], name=col, mode="lines+markers", line=dict(color=_color(col))), r, c)
         fig.add_vline(x=context, line_dash="dot", line_color="#888", row=r, col=c)
@@ -69,8 +69,8 @@ def length_figure(s: pd.DataFrame, model: str, context: int) -> go.Figure:
 
 
 def position_figure(result: interp.ScanResult, model: str) -> go.Figure:
-    cur = geometry.curves(result.state, result.state["slash_prompts"])
-    n = int((result.state["slash_prompts"] > 0).sum())
+    cur = geometry.curves(result.state, result.meta["prompts"])
+    n = max(result.meta["tokens"])
     pos = np.arange(n)
     kn = cur["key_norm"][..., :n].reshape(-1, n).median(0).values.numpy()
     fig = make_subplots(rows=1, cols=2, subplot_titles=["key L2 norm by position (Fig. 5 left)",

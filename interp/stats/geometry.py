@@ -19,11 +19,12 @@ head h reads kv head ``h // group``), each before (``pre``) and after (``rot``) 
 
 Every value is summed over prompts in float64 (state entries below), so scans merge by addition;
 per-position entries are divided by the number of prompts that reach the position
-(``slash_prompts``), the others by the prompt count.
+(``geo_reach``), the others by the prompt count.
 
 State entries (``L`` layers, ``H`` heads, ``K`` kv heads, ``N`` positions):
 ``geo_cluster [L, 4, H]`` (silhouette pre, rot; Davies-Bouldin pre, rot), ``geo_key_norm [L, K, N]``,
-``geo_received_pre / _rot [L, H, N]``, ``geo_max_qk [L, 2, H]`` (pre, rot; per-prompt means).
+``geo_received_pre / _rot [L, H, N]``, ``geo_max_qk [L, 2, H]`` (pre, rot; per-prompt means), ``geo_reach [L, 1, N]``
+(prompts that reach each position; scans saved without it had prompts of one length).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from jaxtyping import Float
 
 from interp.attention import _visible, check_qk
 
-PER_POSITION = ("geo_key_norm", "geo_received_pre", "geo_received_rot")  # last axis: position (merged with zero padding)
+PER_POSITION = ("geo_key_norm", "geo_received_pre", "geo_received_rot", "geo_reach")  # last axis: position (merged with zero padding)
 
 
 def new_state(n_layers: int, n_heads: int, n_kv: int, n_pos: int) -> dict[str, torch.Tensor]:
@@ -42,7 +43,7 @@ def new_state(n_layers: int, n_heads: int, n_kv: int, n_pos: int) -> dict[str, t
     z = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
     return {"geo_cluster": z(n_layers, 4, n_heads), "geo_key_norm": z(n_layers, n_kv, n_pos),
             "geo_received_pre": z(n_layers, n_heads, n_pos), "geo_received_rot": z(n_layers, n_heads, n_pos),
-            "geo_max_qk": z(n_layers, 2, n_heads)}
+            "geo_max_qk": z(n_layers, 2, n_heads), "geo_reach": z(n_layers, 1, n_pos)}
 
 
 def sample_positions(n_pos: int, n_points: int, seed: int) -> torch.Tensor:
@@ -117,33 +118,43 @@ def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, s
         "geo_key_norm": k_pre.double().norm(dim=-1).T,
         "geo_received_pre": received(q_pre, k_pre), "geo_received_rot": received(q_rot, k_rot),
         "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, pos).double().mean(-1), max_qk(q_rot, k_rot, window, pos).double().mean(-1)]),
+        "geo_reach": torch.ones(1, q_pre.shape[0], dtype=torch.float64),
     }
 
 
-def curves(state, reach: torch.Tensor) -> dict[str, torch.Tensor]:
+def reach(state, n_prompts) -> torch.Tensor:
+    """``[layer, 1, pos]``: prompts that reach each position (``geo_reach``; all ``n_prompts`` for older scans)."""
+    if "geo_reach" in state:
+        return state["geo_reach"]
+    return torch.full((state["geo_key_norm"].shape[0], 1, state["geo_key_norm"].shape[-1]), float(n_prompts), dtype=torch.float64)
+
+
+def curves(state, n_prompts) -> dict[str, torch.Tensor]:
     """Per-position means over the prompts that reach each position: ``key_norm [L, K, N]``, ``received_pre/_rot [L, H, N]``
-    (raw) and ``received_norm_pre/_rot`` (divided by each head's largest value over positions, as 001 Fig. 5 plots)."""
-    n = reach.clamp(min=1)
-    out = {"key_norm": state["geo_key_norm"] / n}
+    (raw) and ``received_norm_pre/_rot`` (divided by each head's largest value over positions, as 001 Fig. 5 plots);
+    positions no prompt reaches are NaN."""
+    r = reach(state, n_prompts)
+    n = r.clamp(min=1)
+    gone = r == 0
+    out = {"key_norm": (state["geo_key_norm"] / n).masked_fill(gone, torch.nan)}
     for tag in ("pre", "rot"):
-        raw = state[f"geo_received_{tag}"] / n
+        raw = (state[f"geo_received_{tag}"] / n).masked_fill(gone, torch.nan)
         out[f"received_{tag}"] = raw
-        out[f"received_norm_{tag}"] = raw / raw.amax(-1, keepdim=True)
+        out[f"received_norm_{tag}"] = raw / raw.nan_to_num(nan=-torch.inf).amax(-1, keepdim=True)
     return out
 
 
-def columns(state, n_prompts: torch.Tensor, reach: torch.Tensor, kv: torch.Tensor, first: int = 1) -> dict[str, torch.Tensor]:
+def columns(state, n_prompts: torch.Tensor, kv: torch.Tensor, first: int = 1) -> dict[str, torch.Tensor]:
     """Head-table columns, ``[layer, head]`` each: ``silhouette_pre/_rot``, ``davies_bouldin_pre/_rot``, ``max_qk_pre/_rot``,
     ``key_norm_first`` (mean norm of keys ``0..first-1``) / ``key_norm_rest`` (the others, over positions), and
     ``received_first_pre/_rot`` (raw r_0) with ``received_norm_first_pre/_rot`` (r_0 over the head's largest r_j)."""
     c = state["geo_cluster"] / n_prompts
     m = state["geo_max_qk"] / n_prompts
-    cur = curves(state, reach)
+    cur = curves(state, n_prompts)
     kn = cur["key_norm"][:, kv]  # [L, H, N]
-    valid = reach > 0
     out = {"silhouette_pre": c[:, 0], "silhouette_rot": c[:, 1], "davies_bouldin_pre": c[:, 2], "davies_bouldin_rot": c[:, 3],
            "max_qk_pre": m[:, 0], "max_qk_rot": m[:, 1],
-           "key_norm_first": kn[..., :first].mean(-1), "key_norm_rest": kn[..., first:][..., valid[first:]].mean(-1)}
+           "key_norm_first": kn[..., :first].nanmean(-1), "key_norm_rest": kn[..., first:].nanmean(-1)}
     for tag in ("pre", "rot"):
         out[f"received_first_{tag}"] = cur[f"received_{tag}"][..., 0]
         out[f"received_norm_first_{tag}"] = cur[f"received_norm_{tag}"][..., 0]

@@ -89,6 +89,12 @@ def test_scan_geometry_columns_equal_the_capture(tiny_gemma):
         torch.testing.assert_close(col("received_first_rot")[layer], r0, atol=1e-4, rtol=1e-5)
         k0 = torch.stack([cp.k_pre[layer][0].double().norm(dim=-1) for cp in caps]).mean(0)  # [kv_head]
         torch.testing.assert_close(col("key_norm_first")[layer], k0[torch.arange(H) // c.group_size], atol=1e-5, rtol=1e-5)
+        # per position: the mean over the prompts that reach it (30 and 41 tokens), then the mean over positions 1..40
+        norms = torch.full((2, 41, c.n_kv_heads), torch.nan, dtype=torch.float64)
+        for i, cp in enumerate(caps):
+            norms[i, : len(cp.tokens)] = cp.k_pre[layer].double().norm(dim=-1)
+        rest = norms[:, 1:].nanmean(0).mean(0)
+        torch.testing.assert_close(col("key_norm_rest")[layer], rest[torch.arange(H) // c.group_size], atol=1e-5, rtol=1e-5)
 
 
 def test_geometry_sums_merge_exactly(tiny_llama):
