@@ -61,7 +61,7 @@ function draw(){var h=+sel.value;
   p[1].forEach(function(c,j){var col=COLORS[j%%COLORS.length];
    tr.push({x:D.lengths,y:D.cols[c].median,name:c+' (median)',mode:'lines+markers',line:{color:col}});
    tr.push({x:D.lengths,y:D.cols[c].heads[h],name:c+' ('+D.heads[h]+')',mode:'lines+markers',line:{color:col,dash:'dash'}});});
-  Plotly.react('sweep-'+k,tr,{title:{text:p[0],font:{size:14}},xaxis:{type:'log',title:'context length (tokens)'},height:340,
+  Plotly.react('sweep-'+k,tr,{title:{text:p[0],font:{size:14}},xaxis:{type:'log',title:{text:'context length (tokens)'}},height:340,
    margin:{t:40,b:40},shapes:[{type:'line',x0:CTX,x1:CTX,yref:'paper',y0:0,y1:1,line:{dash:'dot',color:'#888'}}]},{responsive:true});});}
 sel.onchange=draw; draw();
 """

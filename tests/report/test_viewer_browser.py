@@ -13,8 +13,6 @@ Chromium is used) and ``apt-get install chromium``; ``INTERP_CHROMIUM`` override
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import numpy as np
 import pytest
@@ -22,36 +20,7 @@ import pytest
 from interp.report.viewer import attention_view
 from tests.conftest import random_tokens
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs Playwright: pip install playwright")
-CHROMIUM = os.environ.get("INTERP_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-if not CHROMIUM:
-    pytest.skip("browser test needs a Chromium: apt-get install chromium (or set INTERP_CHROMIUM)", allow_module_level=True)
-
 HOSTILE = "<script>alert(1)</script> & \"q\"\n<img src=x onerror=alert(2)>"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        except Exception as err:  # noqa: BLE001 - any launch failure is a skip with its reason
-            pytest.skip(f"cannot start {CHROMIUM} through Playwright: {str(err).splitlines()[0]}")
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    """A page that records console errors, page errors, dialogs and every non-file request."""
-    pg = browser.new_page()
-    pg.problems = []
-    pg.on("console", lambda m: m.type in ("error", "warning") and pg.problems.append(f"console {m.type}: {m.text}"))
-    pg.on("pageerror", lambda e: pg.problems.append(f"page error: {e}"))
-    pg.on("dialog", lambda d: (pg.problems.append(f"dialog: {d.message}"), d.dismiss()))
-    pg.on("request", lambda r: r.url.startswith(("file:", "data:", "about:")) or pg.problems.append(f"request: {r.url}"))
-    yield pg
-    pg.close()
 
 
 def _alpha(bg: str) -> float:
