@@ -131,3 +131,10 @@ def test_compare_puts_scans_side_by_side(tmp_path, tiny_llama):
     assert len(pd.read_csv(tmp_path / "cmp" / "compare.csv")) == 16
     bad = CliRunner().invoke(app, ["compare", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "same model name" in bad.output
+
+
+def test_heatmaps_use_integer_layer_and_head_ticks(result):
+    from interp.report.figures import metric_heatmaps
+
+    fig = metric_heatmaps(result.heads)
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.yaxis.dtick == 1 and fig.layout.xaxis.tick0 == 0

@@ -52,6 +52,9 @@ def metric_heatmaps(heads: pd.DataFrame) -> go.Figure:
     fig.update_layout(updatemenus=[dict(buttons=buttons, x=1.0, y=1.18, xanchor="right", yanchor="bottom", showactive=True)],
                       title=dict(text=HEATMAP_METRICS[metrics[0]], x=0.02, y=0.98), xaxis_title="head", yaxis_title="layer",
                       height=max(420, 18 * heads["layer"].nunique() + 160), margin=dict(t=110))
+    # integer ticks only: every head, every layer (every other layer past 32)
+    fig.update_xaxes(tick0=0, dtick=1 if heads["head"].nunique() <= 32 else 2)
+    fig.update_yaxes(tick0=0, dtick=1 if heads["layer"].nunique() <= 32 else 2)
     return fig
 
 
