@@ -107,7 +107,7 @@ def _hub_cache(root, repo: str, model) -> str:
     return sha
 
 
-def _run(code: str, env: dict) -> "subprocess.CompletedProcess":
+def _run(code: str, env: dict):
     import os
     import subprocess
     import sys

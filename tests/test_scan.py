@@ -10,7 +10,7 @@ from interp.attention import attention_pattern, expand_kv
 from interp.capture import capture
 from interp.scan import ScanConfig, ScanResult, _Collector, merge_results, new_state, scan
 from interp.taps import attention_taps
-from interp.stats import cone, slash, spectrum
+from interp.stats import cone, slash
 from tests.conftest import random_tokens
 
 

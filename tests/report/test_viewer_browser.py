@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from interp.report.viewer import attention_view
 from tests.conftest import random_tokens
