@@ -535,7 +535,7 @@ def head_table(result: ScanResult) -> pd.DataFrame:
     if cfg.inp:
         cols.update(inp_columns(st))
     if cfg.geometry:
-        cols.update(geometry.columns(st, P, kv))
+        cols.update(geometry.columns(st, result.meta["tokens"], kv))
     for tag in ("pre", "rot"):
         c = st[f"cone_{tag}"] / P
         for i, name in enumerate(("cos_qq", "cos_kk", "cos_qk", "qk_angle")):

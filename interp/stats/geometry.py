@@ -18,16 +18,17 @@ head h reads kv head ``h // group``), each before (``pre``) and after (``rot``) 
   queries at O(sample x pos) cost instead of O(pos^2)).
 
 Every value is summed over prompts in float64 (state entries below), so scans merge by addition;
-per-position entries are divided by the number of prompts that reach the position
-(``geo_reach``), the others by the prompt count.
+per-position entries are divided by the number of prompts that reach the position (from the
+prompt lengths the scan records, ``meta["tokens"]``), the others by the prompt count.
 
 State entries (``L`` layers, ``H`` heads, ``K`` kv heads, ``N`` positions):
 ``geo_cluster [L, 4, H]`` (silhouette pre, rot; Davies-Bouldin pre, rot), ``geo_key_norm [L, K, N]``,
-``geo_received_pre / _rot [L, H, N]``, ``geo_max_qk [L, 2, H]`` (pre, rot; per-prompt means), ``geo_reach [L, 1, N]``
-(prompts that reach each position; scans saved without it had prompts of one length).
+``geo_received_pre / _rot [L, H, N]``, ``geo_max_qk [L, 2, H]`` (pre, rot; per-prompt means).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ from jaxtyping import Float
 
 from interp.attention import _visible, check_qk
 
-PER_POSITION = ("geo_key_norm", "geo_received_pre", "geo_received_rot", "geo_reach")  # last axis: position (merged with zero padding)
+PER_POSITION = ("geo_key_norm", "geo_received_pre", "geo_received_rot")  # last axis: position (merged with zero padding)
 
 
 def new_state(n_layers: int, n_heads: int, n_kv: int, n_pos: int) -> dict[str, torch.Tensor]:
@@ -43,7 +44,7 @@ def new_state(n_layers: int, n_heads: int, n_kv: int, n_pos: int) -> dict[str, t
     z = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
     return {"geo_cluster": z(n_layers, 4, n_heads), "geo_key_norm": z(n_layers, n_kv, n_pos),
             "geo_received_pre": z(n_layers, n_heads, n_pos), "geo_received_rot": z(n_layers, n_heads, n_pos),
-            "geo_max_qk": z(n_layers, 2, n_heads), "geo_reach": z(n_layers, 1, n_pos)}
+            "geo_max_qk": z(n_layers, 2, n_heads)}
 
 
 def sample_positions(n_pos: int, n_points: int, seed: int) -> torch.Tensor:
@@ -118,22 +119,19 @@ def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, s
         "geo_key_norm": k_pre.double().norm(dim=-1).T,
         "geo_received_pre": received(q_pre, k_pre), "geo_received_rot": received(q_rot, k_rot),
         "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, pos).double().mean(-1), max_qk(q_rot, k_rot, window, pos).double().mean(-1)]),
-        "geo_reach": torch.ones(1, q_pre.shape[0], dtype=torch.float64),
     }
 
 
-def reach(state, n_prompts) -> torch.Tensor:
-    """``[layer, 1, pos]``: prompts that reach each position (``geo_reach``; all ``n_prompts`` for older scans)."""
-    if "geo_reach" in state:
-        return state["geo_reach"]
-    return torch.full((state["geo_key_norm"].shape[0], 1, state["geo_key_norm"].shape[-1]), float(n_prompts), dtype=torch.float64)
+def reach(tokens: Sequence[int], n_pos: int) -> torch.Tensor:
+    """``[pos]``: how many of the prompts (lengths ``tokens``) reach each of ``n_pos`` positions."""
+    return (torch.arange(n_pos)[None, :] < torch.tensor(list(tokens))[:, None]).sum(0).double()
 
 
-def curves(state, n_prompts) -> dict[str, torch.Tensor]:
+def curves(state, tokens: Sequence[int]) -> dict[str, torch.Tensor]:
     """Per-position means over the prompts that reach each position: ``key_norm [L, K, N]``, ``received_pre/_rot [L, H, N]``
     (raw) and ``received_norm_pre/_rot`` (divided by each head's largest value over positions, as 001 Fig. 5 plots);
-    positions no prompt reaches are NaN."""
-    r = reach(state, n_prompts)
+    positions no prompt reaches are NaN. ``tokens``: the scanned prompts' lengths (``ScanResult.meta["tokens"]``)."""
+    r = reach(tokens, state["geo_key_norm"].shape[-1])
     n = r.clamp(min=1)
     gone = r == 0
     out = {"key_norm": (state["geo_key_norm"] / n).masked_fill(gone, torch.nan)}
@@ -144,13 +142,13 @@ def curves(state, n_prompts) -> dict[str, torch.Tensor]:
     return out
 
 
-def columns(state, n_prompts: torch.Tensor, kv: torch.Tensor, first: int = 1) -> dict[str, torch.Tensor]:
+def columns(state, tokens: Sequence[int], kv: torch.Tensor, first: int = 1) -> dict[str, torch.Tensor]:
     """Head-table columns, ``[layer, head]`` each: ``silhouette_pre/_rot``, ``davies_bouldin_pre/_rot``, ``max_qk_pre/_rot``,
     ``key_norm_first`` (mean norm of keys ``0..first-1``) / ``key_norm_rest`` (the others, over positions), and
     ``received_first_pre/_rot`` (raw r_0) with ``received_norm_first_pre/_rot`` (r_0 over the head's largest r_j)."""
-    c = state["geo_cluster"] / n_prompts
-    m = state["geo_max_qk"] / n_prompts
-    cur = curves(state, n_prompts)
+    c = state["geo_cluster"] / len(tokens)
+    m = state["geo_max_qk"] / len(tokens)
+    cur = curves(state, tokens)
     kn = cur["key_norm"][:, kv]  # [L, H, N]
     out = {"silhouette_pre": c[:, 0], "silhouette_rot": c[:, 1], "davies_bouldin_pre": c[:, 2], "davies_bouldin_rot": c[:, 3],
            "max_qk_pre": m[:, 0], "max_qk_rot": m[:, 1],
