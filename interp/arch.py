@@ -46,6 +46,7 @@ class Family:
         call: ``"interface"`` (attention through ``transformers.AttentionInterface``) or ``"gptj"``
             (GPT-J's ``_attn`` method, with its own cos/sin buffer).
         notes: what the tiny test model of the family exercises.
+        tested: the family is in the tested matrix (False for an unlisted type adapted by ``family``).
     """
 
     name: str
@@ -53,6 +54,7 @@ class Family:
     pairing: str = "rotate_half"
     call: str = "interface"
     notes: str = ""
+    tested: bool = True
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -145,7 +147,7 @@ def family(hf_model: torch.nn.Module) -> Family:
     if pairing is None:
         raise UnsupportedModelError(f"model_type {mtype!r}: cannot tell its RoPE pairing (no rotate_half in "
                                     f"{type(mods[0]).__module__}); covered families: {covered()}")
-    return Family(mtype, (mtype,), pairing, notes="not in the tested matrix")
+    return Family(mtype, (mtype,), pairing, notes="not in the tested matrix", tested=False)
 
 
 def layer_types(config) -> list[str]:

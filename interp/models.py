@@ -324,11 +324,6 @@ class ModelCard:
         return asdict(self)
 
 
-def attention_modules(hf_model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The per-layer self-attention modules of a decoder-only HF model, in layer order (``interp.arch``)."""
-    return arch.attention_modules(hf_model)
-
-
 def rope_theta_per_layer(config) -> list[float]:
     """RoPE base per layer from an HF config (``rope_parameters`` is per layer type in Gemma-3; GPT-J: 10000)."""
     params = getattr(config, "rope_parameters", None) or {"rope_theta": getattr(config, "rope_theta", 1e4)}
@@ -357,7 +352,7 @@ def make_card(name: str, hf_model: torch.nn.Module, *, source: str = "", quantiz
     """
     cfg = hf_model.config
     fam = arch.family(hf_model)
-    attn = attention_modules(hf_model)
+    attn = arch.attention_modules(hf_model)
     calls = _probe(hf_model)
     if len(calls) != len(attn):
         raise UnsupportedModelError(f"{name}: {len(calls)} of {len(attn)} attention layers reached interp's tap; "
@@ -390,7 +385,7 @@ def make_card(name: str, hf_model: torch.nn.Module, *, source: str = "", quantiz
         rotary_dim=rot,
         rope_scaling=arch.rope_scaling(cfg),
         dtype=str(next(hf_model.parameters()).dtype).removeprefix("torch."),
-        tested=fam.notes != "not in the tested matrix",
+        tested=fam.tested,
     )
 
 

@@ -97,17 +97,19 @@ def _interface_attention(module, query, key, value, attention_mask, scaling=None
     layer = tap.layers[id(module)]
     cos, sin = tap.tables.pop(layer)
 
+    def run():  # the layer's normal attention: (out [batch, pos, head, d], weights [batch, head, q, k] | None)
+        return tap.delegate(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                            sliding_window=sliding_window, softcap=softcap, **kw)
+
     def default():
-        out, w = tap.delegate(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                              sliding_window=sliding_window, softcap=softcap, **kw)
+        out, w = run()
         return out[0], (None if w is None else w[0])
 
     call = AttentionCall(layer, _first(query), _first(key), _first(value), float(scaling if scaling is not None else module.scaling),
                          sliding_window, softcap, cos, sin, tap.pairing, default)
     out = tap.handler(call)
     if out is None:
-        return tap.delegate(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                            sliding_window=sliding_window, softcap=softcap, **kw)
+        return run()
     return out.to(query.dtype)[None], None
 
 
