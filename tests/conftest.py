@@ -37,3 +37,13 @@ def smollm2():
 def random_tokens(n: int, seed: int = 0, vocab: int = 256) -> torch.Tensor:
     """``[n]`` token ids in ``[0, vocab)`` (byte tokens for the tiny models)."""
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def load_script(path):
+    """Import an ``analyses/`` script by path (they are scripts, not a package) and return the module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

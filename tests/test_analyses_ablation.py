@@ -1,27 +1,20 @@
 """The band-ablation analysis script (004 Table 5 / Fig. 8) in quick mode on the real default model."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from interp.models import is_installed
+from tests.conftest import load_script
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "band_ablation.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("band_ablation", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
 def test_quick_band_ablation_writes_table5_and_fig8(tmp_path):
-    out = _load().main(["--quick", "--causal", "--out", str(tmp_path)])
+    out = load_script(SCRIPT).main(["--quick", "--causal", "--out", str(tmp_path)])
     t5 = out["table5"]
     assert set(t5.columns) >= {"model", "delta", "head_name", "original", "wo_high", "wo_medium", "wo_low"}
     assert (t5.groupby("delta").size() <= 3).all()  # top three per lag, as in the paper's table
@@ -36,10 +29,7 @@ def test_quick_band_ablation_writes_table5_and_fig8(tmp_path):
 
 @pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
 def test_quick_inp_pulse_scores_every_sdh(tmp_path):
-    spec = importlib.util.spec_from_file_location("inp_pulse", SCRIPT.with_name("inp_pulse.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    t = mod.main(["--quick", "--out", str(tmp_path)])["table"]
+    t = load_script(SCRIPT.with_name("inp_pulse.py")).main(["--quick", "--out", str(tmp_path)])["table"]
     assert len(t) > 0 and (t["n_active_abs"] == t["active_high"] + t["active_medium"] + t["active_low"]).all()
     scored = t[t["lag"] >= 1]
     assert (scored["hit_abs"] == (scored["peak_abs"] == scored["lag"])).all() and t.loc[t["lag"] == 0, "hit_abs"].isna().all()

@@ -1,35 +1,29 @@
 """The geometry and precision analysis scripts in quick mode (tiny model): they run and their tables hold what they say."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1] / "analyses"
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_quick_frayed_rope_summarises_the_sweep(tmp_path):
-    df = _load(ROOT / "frayed_rope.py").main(["--quick", "--out", str(tmp_path)])
+    df = load_script(ROOT / "frayed_rope.py").main(["--quick", "--out", str(tmp_path)])
     assert set(df["length"]) == {64, 128} and {"max_qk_rot", "silhouette_pre", "srank_k_rot"} <= set(df["measure"])
     assert (df["q25"] <= df["median"] + 1e-12).all() and (df["median"] <= df["q75"] + 1e-12).all()
     assert (tmp_path / "frayed_rope_tiny-llama.html").exists() and (tmp_path / "frayed_rope_fig5_tiny-llama.html").exists()
 
 
 def test_quick_dtype_error_measures_both_dtypes(tmp_path):
-    df = _load(ROOT / "benchmarks" / "dtype_error.py").main(["--quick", "--out", str(tmp_path)])
+    df = load_script(ROOT / "benchmarks" / "dtype_error.py").main(["--quick", "--out", str(tmp_path)])
     assert list(df["dtype"]) == ["bfloat16", "float16"]
     assert (df["max_abs_slash"] < 1e-2).all() and np.isfinite(df["time_ratio"]).all()
 
 
 def test_make_all_lists_every_analysis_script_and_runs_them(tmp_path):
-    mod = _load(ROOT / "make_all.py")
+    mod = load_script(ROOT / "make_all.py")
     listed = {p.resolve() for p in {**mod.SCRIPTS, **mod.OPTIONAL, **mod.BENCHMARKS}.values()}
     on_disk = {p.resolve() for p in ROOT.glob("*.py") if p.name not in ("_common.py", "make_all.py")}
     on_disk |= {p.resolve() for p in (ROOT / "benchmarks").glob("*.py") if p.name != "scan_speed.py"}  # scan_speed: one process per mode
