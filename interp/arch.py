@@ -57,7 +57,7 @@ class Family:
     tested: bool = True
 
 
-FAMILIES: tuple[Family, ...] = (
+BUILTIN_FAMILIES: tuple[Family, ...] = (
     Family("Llama", ("llama",), notes="GQA; default, llama3, linear and dynamic RoPE scaling"),
     Family("Mistral", ("mistral",), notes="sliding window on every layer"),
     Family("Qwen2", ("qwen2",), notes="q/k/v biases"),
@@ -71,7 +71,26 @@ FAMILIES: tuple[Family, ...] = (
     Family("Cohere", ("cohere",), "interleaved", notes="interleaved pairing, per-head QK layer norm"),
     Family("GPT-J", ("gptj",), "interleaved", "gptj", notes="interleaved pairing, partial rotary (rotary_dim)"),
 )
+FAMILIES = BUILTIN_FAMILIES  # plus what register_family adds (plugins such as interp.lab)
 _BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}
+
+
+def register_family(fam: Family) -> None:
+    """Add a family (e.g. ``interp.lab``'s decoder) so that ``family`` and the loaders know its model types.
+
+    Idempotent for the same family; its modeling module must call transformers' attention interface with
+    ``position_embeddings=(cos, sin)`` like the listed families (``interp.taps``).
+
+    Raises:
+        ValueError: one of its model types already belongs to another family.
+    """
+    global FAMILIES
+    for t in fam.model_types:
+        if t in _BY_TYPE and _BY_TYPE[t] != fam:
+            raise ValueError(f"model_type {t!r} already belongs to family {_BY_TYPE[t].name}")
+    if fam not in FAMILIES:
+        FAMILIES = FAMILIES + (fam,)
+    _BY_TYPE.update({t: fam for t in fam.model_types})
 
 
 def decoder_layers(hf_model: torch.nn.Module) -> list[torch.nn.Module]:

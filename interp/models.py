@@ -634,10 +634,30 @@ def _first_line(err: BaseException) -> str:
     return next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
 
 
+PLUGIN_GROUP = "interp.models"
+
+
+@functools.cache
+def load_plugins() -> tuple[str, ...]:
+    """Run every ``interp.models`` entry point once (each registers its model types with transformers' Auto
+    classes and ``interp.arch``; ``interp.lab`` is one). Returns their names; a failing plugin is skipped."""
+    from importlib.metadata import entry_points
+
+    done = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            ep.load()()
+            done.append(ep.name)
+        except Exception:  # noqa: BLE001  a broken plugin must not break loading the zoo
+            continue
+    return tuple(done)
+
+
 def _load_folder(ref: str, dtype: torch.dtype, *, local: bool) -> LoadedModel:
     """A Hugging Face model from a folder (``local``) or a hub id (the user's cache and hub settings)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    load_plugins()  # model types that plugins (interp.lab) add
     where = Path(ref).expanduser() if local else ref
     what = f"local model folder {where}" if local else f"hub model {ref!r}"
     fix = ("pass local:PATH to a Hugging Face causal-LM folder (config.json, tokenizer and weights files)" if local else
