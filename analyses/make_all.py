@@ -26,6 +26,8 @@ SCRIPTS = {
     "lemma1_check": HERE / "lemma1_check.py",
     "frayed_rope": HERE / "frayed_rope.py",
     "compare_zoo": HERE / "compare_zoo.py",
+    # the lab (issue 9): small models trained on CPU
+    "copy_2d_rope": HERE / "copy_2d_rope.py",
 }
 OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
