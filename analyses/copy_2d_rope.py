@@ -67,14 +67,17 @@ def figure(df: pd.DataFrame) -> go.Figure:
 
 
 def report(model: LabForCausalLM, vocab, out: Path, seed: int) -> Path:
-    """``interp.scan`` of the 2D-RoPE model on three test copy sequences, written as an interp report."""
+    """``interp.scan`` of the 2D-RoPE model on eight Uniform copy sequences of 30 bits, written as an interp report.
+
+    ``2 * 30 + 4 = 64`` tokens: the report's first-positions maps (64 x 64) show the whole sequence, the copy's
+    diagonal at lag ``|s| + 1 = 31`` included.
+    """
     import interp
 
     rng = np.random.default_rng([seed, 7])
-    seqs = [encode_batch(vocab, [sample_string(d, n, rng)])["input_ids"][0]
-            for d, n in (("recursive_flip", 64), ("imbalanced", 128), ("uniform", 256))]
+    seqs = [encode_batch(vocab, [sample_string("uniform", 30, rng)])["input_ids"][0] for _ in range(8)]
     loaded = lab_loaded(model, vocab, name="copy-2d-rope")
-    res = interp.scan(loaded, seqs, beyond_context=True)
+    res = interp.scan(loaded, seqs, meta={"corpus": "copy task, Uniform strings of 30 bits"})
     return interp.write_report(res, out / "copy_2d_rope_report.html")
 
 
