@@ -72,17 +72,24 @@ def _lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def train_model(model: LabForCausalLM, batch_fn: BatchFn, cfg: TrainConfig | None = None) -> list[float]:
+def train_model(model: torch.nn.Module, batch_fn: BatchFn, cfg: TrainConfig | None = None,
+                loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor] = lm_loss) -> list[float]:
     """Train ``model`` in place on ``cfg.steps`` batches from ``batch_fn``; returns the per-step losses.
 
     Seeded: ``torch.manual_seed(cfg.seed)`` and ``batch_fn`` gets ``numpy.random.default_rng(cfg.seed)``, so
     the same model, task and config give the same weights (on the same machine and thread count).
     The model is left in eval mode.
 
+    Args:
+        loss_fn: ``(model, batch) -> scalar`` to minimise; default ``lm_loss`` (the masked next-token loss).
+            A task with more outputs (``interp.lab.ppc``: position ids too) passes its own.
+
     Raises:
-        ValueError: see ``lm_loss``.
+        ValueError: ``cfg.steps < 1`` or ``cfg.warmup < 0``; see ``lm_loss``.
     """
     cfg = cfg or TrainConfig()
+    if cfg.steps < 1 or cfg.warmup < 0:
+        raise ValueError(f"train_model: need steps >= 1 and warmup >= 0, got {cfg.steps}, {cfg.warmup}")
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
@@ -92,7 +99,7 @@ def train_model(model: LabForCausalLM, batch_fn: BatchFn, cfg: TrainConfig | Non
     t0 = time.perf_counter()
     for step in range(cfg.steps):
         batch = batch_fn(step, rng)
-        loss = lm_loss(model, batch)
+        loss = loss_fn(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
