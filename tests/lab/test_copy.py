@@ -25,15 +25,6 @@ VOCAB = copy_vocab()
 ALL_SHORT = [list(b) for n in range(1, 9) for b in itertools.product((0, 1), repeat=n)]  # 2 + 4 + ... + 256 = 510
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small float64 ops: on a shared machine a second OpenMP thread mostly waits for a busy core."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----------------------------------------------------------------------------------------------- generators
 
 

@@ -22,15 +22,6 @@ N = 32
 ROOT = Path(__file__).resolve().parents[2] / "analyses"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Element-wise ops on [124000, 32] tensors: with 2 threads on busy shared cores they run ~15x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def brute_force(n: int) -> np.ndarray:
     """All balanced words of length n by filtering the 2^n strings, in lexicographic order ('(' = 0 < ')' = 1)."""
     allw = np.array(list(itertools.product((0, 1), repeat=n)), dtype=np.uint8)
