@@ -38,6 +38,7 @@ test: venv
 	$(BIN)/python -m pytest -q
 
 figures: venv   # every committed figure, from analyses/ (QUICK=1: quick mode into a temp folder)
+	$(BIN)/pip install -q -c $(LOCK) -e '.[figures]'   # kaleido: PNG export (drives the system Chromium)
 	$(BIN)/python analyses/make_all.py $(if $(QUICK),--quick)
 
 clean:
