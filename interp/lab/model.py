@@ -159,6 +159,7 @@ class LabRotary(nn.Module):
         return position_ids.float()[..., None] * f
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)``, each ``[batch, pos, head_dim]`` in ``dtype``, from ``angles(position_ids)`` repeated on both halves."""
         ang = self.angles(position_ids)
         emb = torch.cat([ang, ang], dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -195,6 +196,7 @@ class LabAttention(nn.Module):
         return torch.cat([q, qa, zero], -1), torch.cat([k, ka, zero], -1), torch.cat([v, zero, zero], -1)
 
     def forward(self, hidden_states, position_embeddings, attention_mask=None, position_ids=None, **kwargs):
+        """``(output [batch, pos, d_model], weights [batch, head, q_pos, k_pos] | None)``; ``position_ids`` ``[batch, pos]`` feed ALiBi's plane."""
         b, n, _ = hidden_states.shape
         shape = (b, n, -1, self.proj_dim)
         q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
@@ -221,6 +223,7 @@ class LabBlock(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(config.d_model, eps=config.rms_norm_eps)
 
     def forward(self, x, attention_mask, position_embeddings, position_ids):
+        """``[batch, pos, d_model]`` -> ``[batch, pos, d_model]``."""
         a, _ = self.self_attn(self.input_layernorm(x), position_embeddings=position_embeddings,
                               attention_mask=attention_mask, position_ids=position_ids)
         x = x + a
@@ -329,6 +332,7 @@ class LabForCausalLM(LabPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
                 use_cache=None, **kwargs) -> CausalLMOutputWithPast:
+        """``logits`` ``[batch, pos, vocab]`` (and ``loss`` with ``labels``); arguments as ``LabModel.forward``."""
         h = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                        inputs_embeds=inputs_embeds).last_hidden_state
         logits = self.lm_head(h)
