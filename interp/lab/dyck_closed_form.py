@@ -67,6 +67,20 @@ def claim53_v(n: int) -> float:
     return -(2 * N**2 * (2 * N + 1) + 1.0)
 
 
+THM41_E = torch.tensor([1.0, -1.0], dtype=torch.float64)  # E_'(' , E_')' of Thm 4.1
+
+
+def claim53_e(n: int) -> torch.Tensor:
+    """Claim 5.3's token embeddings ``[E_'(', E_')'] = [1 - 1/(n+1), -1]`` ``[2]`` float64 for words of length ``n``.
+
+    Raises:
+        ValueError: ``n`` not even and positive.
+    """
+    if n <= 0 or n % 2:
+        raise ValueError(f"n must be even and positive; got {n}")
+    return torch.tensor([1.0 - 1.0 / (n + 1), -1.0], dtype=torch.float64)
+
+
 def thm41_positions(s, gamma: float = GAMMA) -> torch.Tensor:
     """``B(s)`` ``[n]`` float64, 002 eq. 4 with ``E = [1, -1]``: ``B_1 = -E_{s_1} + gamma E_{s_2}``,
     ``B_i = -E_{s_i} + gamma (E_{s_{i+1}} - E_{s_i})`` (``E_{s_{n+1}} := 0``: no token follows the last one).
@@ -109,16 +123,13 @@ def thm41_x(buf, s, v: float | None = None, gamma: float = GAMMA) -> torch.Tenso
         ``[batch, pos]`` float64; ``X > 0`` predicts ``'('``.
     """
     s = _word(s)
-    return _x(buf, torch.tensor([1.0, -1.0], dtype=torch.float64), thm41_positions(s, gamma),
+    return _x(buf, THM41_E, thm41_positions(s, gamma),
               thm41_v(len(s)) if v is None else v)
 
 
 def claim53_x(buf, n: int, v: float | None = None) -> torch.Tensor:
     """Claim 5.3's logit ``X_r`` (no positional embedding, ``E = [1 - 1/(n+1), -1]``) after every prefix; ``[batch, pos]``."""
-    if n <= 0 or n % 2:
-        raise ValueError(f"n must be even and positive; got {n}")
-    e = torch.tensor([1.0 - 1.0 / (n + 1), -1.0], dtype=torch.float64)
-    return _x(buf, e, None, claim53_v(n) if v is None else v)
+    return _x(buf, claim53_e(n), None, claim53_v(n) if v is None else v)
 
 
 def _policy(xfun) -> Policy:
@@ -181,7 +192,7 @@ def thm41_model(s, v: float | None = None, gamma: float = GAMMA) -> LabForCausal
         ValueError: ``s`` not an even-length word of codes; ``|B_i|`` above the filler norm (``|gamma| > 1.5``).
     """
     s = _word(s)
-    return _build("learned", len(s), torch.tensor([1.0, -1.0]), thm41_positions(s, gamma),
+    return _build("learned", len(s), THM41_E, thm41_positions(s, gamma),
                   thm41_v(len(s)) if v is None else v)
 
 
@@ -191,9 +202,7 @@ def claim53_model(n: int, v: float | None = None) -> LabForCausalLM:
     Raises:
         ValueError: ``n`` not even and positive.
     """
-    if n <= 0 or n % 2:
-        raise ValueError(f"n must be even and positive; got {n}")
-    return _build("nope", n, torch.tensor([1.0 - 1.0 / (n + 1), -1.0]), None, claim53_v(n) if v is None else v)
+    return _build("nope", n, claim53_e(n), None, claim53_v(n) if v is None else v)
 
 
 def lab_policy(model: LabForCausalLM, vocab: Vocab = VOCAB, *, bos: bool = False) -> Policy:
