@@ -22,6 +22,10 @@ console = Console()
 MODEL = typer.Argument("smollm2-135m", help="zoo name, ORG/NAME (Hugging Face hub id) or local:PATH")
 DEVICE = typer.Option("auto", help="cpu | cuda | auto (cuda when available)")
 DTYPE = typer.Option("float32", help="float32 | bfloat16 | float16 (the model's; scan sums stay float64)")
+ENGINE = typer.Option("auto", help="attention engine: auto (Triton on a GPU, the fused C++ kernel on CPU float32, else "
+                      "Python) | triton | cpu-kernel | python; results agree to float rounding")
+DEVICE_MAP = typer.Option(None, "--device-map", help="auto: place the layers over the GPUs and the CPU (accelerate), "
+                          "for models larger than one GPU; overrides --device")
 EXECUTOR = typer.Option("local", help="local (this process) | ray (workers on a local or existing Ray cluster)")
 WORKERS = typer.Option(2, help="Ray workers (each loads the model once); ignored by --executor local")
 ADDRESS = typer.Option(None, help="an existing Ray cluster to join (auto, ray://host:10001); default: start a local one")
@@ -144,6 +148,16 @@ def models() -> None:
             console.print(f"  {r['name']}: {r['install']}", markup=False, highlight=False, soft_wrap=True)
 
 
+def _check_engine(engine: str, device: str) -> None:
+    """One line and exit 2 for an engine that cannot run on ``device`` (before any model loads)."""
+    from interp.engine.collector import check_engine
+
+    try:
+        check_engine(engine, device)
+    except InterpError as err:
+        _fail(err)
+
+
 def _shard(spec: Optional[str]) -> tuple[int, int]:
     if spec is None:
         return 0, 1
@@ -174,6 +188,8 @@ def scan(
                                         help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
     device: str = DEVICE,
     dtype: str = DTYPE,
+    engine: str = ENGINE,
+    device_map: Optional[str] = DEVICE_MAP,
     executor: str = EXECUTOR,
     workers: int = WORKERS,
     address: Optional[str] = ADDRESS,
@@ -184,6 +200,7 @@ def scan(
     t_start = time.perf_counter()
     i, n = _shard(shard)
     _check_paths(out, writes="heads.csv, report.html, state/" if n == 1 else "state/", model=model)
+    _check_engine(engine, device)
 
     from interp import corpus as corpus_mod
     from interp.engine.executor import ModelSpec, run_sharded
@@ -196,21 +213,21 @@ def scan(
         cfg = switch_on(ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, long_min_frac=long_min_frac, inp=inp),
                              measure)  # checks ranges and names
         with console.status(f"loading {model}"):
-            m = load_model(model, device=device, dtype=dtype)
+            m = load_model(model, device=device, dtype=dtype, device_map=device_map)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)[i::n]
         ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
         meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
         if executor == "local":
-            result = engine_scan(m, p, cfg, progress=True, meta=meta, prompt_ids=ids)
+            result = engine_scan(m, p, cfg, progress=True, meta=meta, prompt_ids=ids, engine=engine)
         else:
             if n > 1:
                 raise InterpError("--shard and --executor ray both split the prompts; use one of them")
-            result = run_sharded(ModelSpec(model, str(m.device), dtype), p, cfg, executor=executor, workers=workers,
+            result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers,
                                  address=address, meta={"corpus": corpus, "seed": seed})
         ood_result = None
         if ood:
             r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
-            ood_result = engine_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"}, prompt_ids=ids)
+            ood_result = engine_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"}, prompt_ids=ids, engine=engine)
     except InterpError as err:
         _fail(err)
     if n > 1:

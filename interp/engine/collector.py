@@ -5,9 +5,16 @@ model's scale, window and soft-cap. The collector computes the layer's attention
 heads at once, exact row normalisers, causal + sliding-window masks, GQA mapping), returns the output ``P @ V`` to
 the model and, from the same probabilities, the products the enabled measures ask for (``interp.measures.PRODUCTS``,
 their union computed once): on the fused CPU kernel (``interp.engine.kernels``) for float32 CPU tensors, else on the
-Python block path (``interp.attention``). Counterfactual RoPE variants are extra passes of the same code without
-``P @ V``. Each measure's ``update`` then returns its additions, which the collector places at the layer's index
-(and positions ``0..pos-1`` for per-position entries). Work is float32 whatever the model's dtype; sums float64.
+Python block path (``interp.attention``), or, for CUDA tensors, the Triton twin (``interp.engine.kernels.triton_attention``).
+Counterfactual RoPE variants are extra passes of the same code without ``P @ V``. Each measure's ``update`` then
+returns its additions, which the collector places at the layer's index (and positions ``0..pos-1`` for per-position
+entries). The CPU paths work in float32 whatever the model's dtype; the Triton path reads q/k/v in the model's dtype
+(bf16/fp16 products on tensor cores, float32 accumulation). Sums are float64.
+
+Engines (``ENGINES``; ``scan(..., engine=)``, ``interp scan --engine``): ``auto`` picks ``triton`` for CUDA tensors
+when Triton is installed, ``cpu-kernel`` for float32 CPU tensors when the fused kernel builds, else ``python``.
+On a GPU the state's sums accumulate on the device and come to the CPU once per prompt (``end_prompt``): no host
+sync per layer.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ from __future__ import annotations
 import torch
 
 from interp.engine import kernels
+from interp.engine.kernels import triton_attention
 from interp.attention import attention_blocks, key_weight, lag_sums, token_match_sums
-from interp.errors import NumericsError
+from interp.errors import ConfigError, NumericsError
 from interp.measures import REGISTRY, Dims, Entry, LayerInput, PromptInput, State
 from interp.measures import inp as inp_measure
 from interp.measures import maps
@@ -47,6 +55,38 @@ def use_kernel(q: torch.Tensor) -> bool:
     return q.device.type == "cpu" and q.dtype == torch.float32 and kernels.available()
 
 
+ENGINES = ("auto", "triton", "cpu-kernel", "python")
+TRITON_PRODUCTS = {"lag", "key0", "map", "key0_pre", "inp", "token_match", "variants"}  # what the Triton twin computes
+
+
+def check_engine(engine: str, device: str | torch.device = "cpu") -> None:
+    """Refuse an engine that cannot run on ``device`` before any model loads.
+
+    Raises:
+        ConfigError: an unknown engine name; ``triton`` without Triton (or on a CPU without ``TRITON_INTERPRET=1``);
+            ``cpu-kernel`` on a GPU or without a C++ compiler.
+    """
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    dev = torch.device("cuda" if str(device) == "auto" and torch.cuda.is_available() else
+                       "cpu" if str(device) == "auto" else device)
+    if engine == "triton" and not triton_attention.available(dev):
+        why = ("Triton is not installed: pip install -e '.[gpu]'" if triton_attention.triton is None else
+               "on a CPU it runs only in Triton's interpreter: set TRITON_INTERPRET=1 (slow; for tests)")
+        raise ConfigError(f"--engine triton cannot run on {dev.type}: {why}")
+    if engine == "cpu-kernel" and (dev.type != "cpu" or not kernels.available()):
+        raise ConfigError(f"--engine cpu-kernel runs on the CPU with a C++ compiler (g++); use --engine auto or python")
+
+
+def pick_engine(engine: str, q: torch.Tensor) -> str:
+    """The engine that runs a layer whose queries are ``q``: ``engine`` itself, or for ``auto`` the fastest available."""
+    if engine != "auto":
+        return engine
+    if q.is_cuda and triton_attention.available(q.device):
+        return "triton"
+    return "cpu-kernel" if use_kernel(q.float()) else "python"
+
+
 class Collector:
     """Receives each layer's q/k/v during one prompt's forward and adds every enabled measure's update to ``state``.
 
@@ -58,16 +98,20 @@ class Collector:
         ValueError: counterfactual variants without ``specs``.
     """
 
-    def __init__(self, card, cfg, state: State, specs: list[RopeSpec] | None = None):
-        self.card, self.cfg, self.state, self.specs = card, cfg, state, specs
+    def __init__(self, card, cfg, state: State, specs: list[RopeSpec] | None = None, engine: str = "auto"):
+        if engine not in ENGINES:
+            raise ConfigError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+        self.card, self.cfg, self.state, self.specs, self.requested = card, cfg, state, specs, engine
         self.measures = REGISTRY.enabled(cfg)
         self.needs = set().union(*(m.needs(cfg) for m in self.measures))
         self.entries = state_entries(card, 1, cfg)
         if "variants" in self.needs and specs is None:
             raise ValueError("counterfactual variants need the model's per-layer RoPE specs")
         self.tokens: torch.Tensor | None = None  # the prompt being scanned
-        self.engine = "none"  # which attention path ran last: "fused-cpu" or "python"
+        self.engine = "none"  # which attention path ran last: "triton", "fused-cpu" or "python"
         self.prompt_id = 0  # global index of the prompt being scanned
+        self.device_state: State | None = None  # sums of the prompt in progress, on the GPU (flushed by end_prompt)
+        self.finite: torch.Tensor | None = None  # on a GPU: all queries and keys of the prompt finite (checked once)
 
     def begin_prompt(self, prompt_id: int, tokens: torch.Tensor) -> None:
         """Start a prompt: count it and add the measures' once-per-prompt entries."""
@@ -77,6 +121,21 @@ class Collector:
         for m in self.measures:
             self._place(m, m.update_prompt(x), None)
 
+    def end_prompt(self) -> None:
+        """Finish a prompt: the GPU-side sums come to the CPU state (one transfer per prompt).
+
+        Raises:
+            NumericsError: a layer of the prompt produced non-finite queries or keys (checked here on a GPU).
+        """
+        if self.finite is not None and not bool(self.finite):
+            raise NumericsError(f"{self.card.name}: a layer produced non-finite queries or keys (overflow); "
+                                f"scan in bfloat16 or float32 (--dtype)")
+        self.finite = None
+        if self.device_state is not None:
+            for name, value in self.device_state.items():
+                self.state[name] += value.to("cpu")
+                value.zero_()
+
     def __call__(self, call: AttentionCall) -> torch.Tensor:
         """The tap handler (``interp.hooks.taps``): one layer of one prompt -> its attention output ``[pos, head, d_head]``.
 
@@ -85,19 +144,26 @@ class Collector:
         Raises:
             NumericsError: the layer's queries or keys are not finite (overflow in the model's dtype).
         """
-        if not (torch.isfinite(call.query).all() and torch.isfinite(call.key).all()):
+        finite = torch.isfinite(call.query).all() & torch.isfinite(call.key).all()
+        if call.query.is_cuda:  # checked once per prompt (end_prompt): a check here would sync the host every layer
+            self.finite = finite if self.finite is None else self.finite & finite.to(self.finite.device)
+        elif not finite:
             raise NumericsError(f"{self.card.name}: layer {call.layer} produced non-finite queries or keys in {call.query.dtype} "
                                 f"(overflow); scan in bfloat16 or float32 (--dtype)")
         q_pre, k_pre = call.pre()
         f32 = lambda t: t.float()  # noqa: E731
+        native = (call.query, call.key, call.value) if pick_engine(self.requested, call.query) == "triton" else None
         return self.attend(call.layer, f32(call.query), f32(call.key), f32(call.value), call.scale, call.window, call.softcap,
-                           q_pre, k_pre)
+                           q_pre, k_pre, native)
 
-    def attend(self, layer, q_rot, k_rot, v, scale, window, softcap, q_pre, k_pre):
-        """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``."""
+    def attend(self, layer, q_rot, k_rot, v, scale, window, softcap, q_pre, k_pre, native=None):
+        """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``.
+
+        ``native``: the model's own q/k/v (its dtype) for the Triton engine, which reads 16-bit inputs directly.
+        """
         pre = (q_pre, k_pre) if "key0_pre" in self.needs else None
         out, products = self._attention(q_rot, k_rot, v, scale, window, softcap, pre, "inp" in self.needs,
-                                        self.tokens if "token_match" in self.needs else None)
+                                        self.tokens if "token_match" in self.needs else None, native)
         if "variants" in self.needs:
             products["variants"] = self._variants(layer, q_pre, k_pre, scale, window, softcap)
         x = LayerInput(layer, self.prompt_id, self.tokens, q_pre, k_pre, q_rot, k_rot, scale, window, softcap,
@@ -110,6 +176,11 @@ class Collector:
         """Add each value at its entry's layer index (and positions ``0..pos-1`` for per-position entries)."""
         for name, value in values.items():
             e = self.entries.get(name)
+            target = self.state
+            if isinstance(value, torch.Tensor) and value.is_cuda:
+                if self.device_state is None:
+                    self.device_state = State({k: torch.zeros_like(t, device=value.device) for k, t in self.state.items()})
+                target = self.device_state
             if e is None:
                 raise KeyError(f"measure {measure.name!r} updated {name!r}, which is not one of its declared entries")
             idx = [slice(None)] * len(e.shape)
@@ -119,9 +190,9 @@ class Collector:
                 idx[e.layer_axis] = layer
             if e.per_position:
                 idx[-1] = slice(0, value.shape[-1])
-            self.state.add(name, tuple(idx), value)
+            target.add(name, tuple(idx), value)
 
-    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None):
+    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None, native=None):
         """Exact attention of one layer and its tile products, on the fused kernel when it applies, else in Python.
 
         Returns ``(out [pos, head, d_head] (empty when v is None), products)`` with ``lag``, ``key0`` ``[head, pos]``, ``map``
@@ -129,7 +200,12 @@ class Collector:
         and ``token_match`` (``tokens`` given; ``[head, 3]``, ``interp.attention.token_match_sums``).
         """
         cfg, pairing = self.cfg, self.card.pairing
-        if use_kernel(q):
+        engine = pick_engine(self.requested, q)
+        if engine == "triton":
+            return self._triton(q, k, v, scale, window, softcap, pre, inp, tokens, native)
+        if engine == "cpu-kernel" and not use_kernel(q):
+            raise ConfigError("--engine cpu-kernel needs float32 CPU tensors and a C++ compiler; use --engine auto")
+        if engine == "cpu-kernel":
             self.engine = "fused-cpu"
             out, lag, sink, amap, sink_pre, inp_s, inp_a, tm = kernels.stream_layer(
                 q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)),
@@ -153,6 +229,31 @@ class Collector:
         if inp:
             products["inp"] = inp_measure.inp_sums(q, k, pairing, cfg.skip, window, cfg.block_size)
         return out, products
+
+    def _triton(self, q, k, v, scale, window, softcap, pre, inp, tokens, native):
+        """The Triton twin (``interp.engine.kernels.triton_attention``): same products, same layouts, float32 out."""
+        self.engine = "triton"
+        if native is not None:
+            q, k, v = native
+        pairing = self.card.pairing
+        q_pre, k_pre = pre or (None, None)
+        if inp and pairing == "interleaved":  # the kernel's planes are (l, l + d/2): permute channels (dot products unchanged)
+            from interp.rope import plane_channels
+            perm = plane_channels(q.shape[-1], "interleaved").T.reshape(-1).to(q.device)
+            q, k = q[..., perm], k[..., perm]
+        r = triton_attention.stream_layer(q, k, v, scale, window, softcap, None if q.is_cuda else 16, self.cfg.skip,
+                                          self.cfg.map_size, q_pre, k_pre, inp=inp, tokens=tokens)
+        out = r["out"]
+        products = {"lag": r["lag"], "key0": r["key0"], "map": r["map"]}
+        if tokens is not None:
+            products["token_match"] = r["token_match"]
+        if pre is not None:
+            products["key0_pre"] = r["key0_pre"]
+        if inp:
+            n = inp_measure.pair_count(q.shape[0], self.cfg.skip, window)
+            products["inp"] = {"signed": r["inp_signed"], "abs": r["inp_abs"],
+                               "count": torch.full((q.shape[1],), float(n), dtype=torch.float64, device=q.device)}
+        return (out if out is not None else q.new_empty(0, q.shape[1], q.shape[2], dtype=torch.float32)), products
 
     def _variants(self, layer, q_pre, k_pre, scale, window, softcap) -> list:
         """Counterfactual passes: ``[(lag, key0)]`` per variant, attention with the variant's rotation of the pre-RoPE q/k (no P @ V)."""

@@ -28,11 +28,12 @@ RETRIES = 3  # restarts of a dead worker, and retries of its shard
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How a worker loads the model: the ``interp.load_model`` arguments."""
+    """How a worker loads and runs the model: the ``interp.load_model`` arguments and the scan's attention engine."""
 
     name: str
     device: str = "cpu"
     dtype: str = "float32"
+    engine: str = "auto"  # interp.engine.collector.ENGINES
 
     def load(self):
         """The loaded model (``interp.models.load_model``)."""
@@ -46,8 +47,9 @@ def shard_ids(n_prompts: int, n_shards: int) -> list[list[int]]:
     return [ids for s in range(n_shards) if (ids := list(range(s, n_prompts, n_shards)))]
 
 
-def _scan_shard(model, prompts, ids, config, shard: str, meta: dict, beyond_context: bool) -> ScanResult:
-    res = scan(model, prompts, config, prompt_ids=ids, meta={**meta, "shard": shard}, beyond_context=beyond_context)
+def _scan_shard(model, prompts, ids, config, shard: str, meta: dict, beyond_context: bool, engine: str = "auto") -> ScanResult:
+    res = scan(model, prompts, config, prompt_ids=ids, meta={**meta, "shard": shard}, beyond_context=beyond_context,
+               engine=engine)
     res.meta["worker_pid"] = os.getpid()
     return res
 
@@ -57,13 +59,13 @@ class _Worker:
 
     def __init__(self, spec: ModelSpec):
         torch.set_num_threads(max(1, int(os.environ.get("INTERP_WORKER_THREADS", "1"))))
-        self.model = spec.load()
+        self.model, self.engine = spec.load(), spec.engine
 
     def pid(self) -> int:
         return os.getpid()
 
     def scan(self, prompts, ids, config, shard, meta, beyond_context):
-        return _scan_shard(self.model, prompts, ids, config, shard, meta, beyond_context)
+        return _scan_shard(self.model, prompts, ids, config, shard, meta, beyond_context, self.engine)
 
 
 def ray_workers(spec: ModelSpec, workers: int, address: str | None = None) -> list:
@@ -124,7 +126,7 @@ def run_sharded(
     meta = dict(meta or {})
     if executor == "local":
         return scan(model if model is not None else spec.load(), toks, cfg, progress=progress, meta={**meta, "shard": "0/1"},
-                    beyond_context=beyond_context)
+                    beyond_context=beyond_context, engine=spec.engine)
     import ray
 
     actors = actors or ray_workers(spec, workers, address)

@@ -17,7 +17,7 @@ import torch
 from interp.engine import kernels
 from interp.models.arch import rope_specs
 from interp.hooks.capture import as_tokens
-from interp.engine.collector import Collector, new_state
+from interp.engine.collector import Collector, check_engine, new_state
 from interp.engine.config import ScanConfig
 from interp.engine.result import ScanResult
 from interp.models import LoadedModel
@@ -33,6 +33,7 @@ def scan(
     meta: dict | None = None,
     prompt_ids: Sequence[int] | None = None,
     beyond_context: bool = False,
+    engine: str = "auto",
 ) -> ScanResult:
     """Run every prompt once and accumulate every enabled measure (``interp.measures.REGISTRY``).
 
@@ -46,6 +47,8 @@ def scan(
         prompt_ids: global index of each prompt (default ``0..len-1``; shards pass their indices in the
             whole corpus so that merged results name the prompt of a content repeat).
         beyond_context: allow prompts longer than the model's context (out-of-distribution positions).
+        engine: ``auto`` (Triton on CUDA, the fused kernel on CPU float32, else Python), ``triton``, ``cpu-kernel`` or
+            ``python`` (``interp.engine.collector.ENGINES``); results agree to float rounding.
 
     Returns:
         ScanResult; ``.heads`` is the per-head table.
@@ -53,6 +56,7 @@ def scan(
     Raises:
         PromptError / ShapeError: a prompt is empty, has bad ids, or exceeds the context.
         ValueError: ``prompt_ids`` has another length than ``prompts``.
+        ConfigError: an engine that cannot run on the model's device (``interp.engine.collector.check_engine``).
     """
     from tqdm.auto import tqdm
 
@@ -63,8 +67,9 @@ def scan(
         raise ValueError(f"prompt_ids has {len(ids)} entries for {len(toks)} prompts")
     n_max = max(t.numel() for t in toks)
     state = new_state(model.card, n_max, cfg)
-    collector = Collector(model.card, cfg, state, rope_specs(model.hf) if cfg.variants else None)
-    if torch.device(model.device).type == "cpu":
+    check_engine(engine, model.device)
+    collector = Collector(model.card, cfg, state, rope_specs(model.hf) if cfg.variants else None, engine=engine)
+    if torch.device(model.device).type == "cpu" and engine in ("auto", "cpu-kernel"):
         kernels.available()  # the one-time build (~20 s) happens here, outside the timing in meta["seconds"]
     t0 = time.perf_counter()
     with torch.inference_mode(), attention_taps(model, collector):
@@ -73,6 +78,7 @@ def scan(
             collector.begin_prompt(pid, t)
             # the decoder stack only: the scan reads attention, so the LM head (N x vocab logits) is skipped
             model.hf.base_model(t[None].to(model.device), use_cache=False)
+            collector.end_prompt()
     info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
             "engine": collector.engine, "prompt_ids": [int(i) for i in ids],
             "inv_freq": [spec.inv_freq.tolist() for spec in rope_specs(model.hf)],

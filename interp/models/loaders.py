@@ -23,7 +23,7 @@ from interp.models.zoo import DEFAULT_MODEL, ZOO, GGUFSource, _entry, cache_dir,
 # --------------------------------------------------------------------------------------------
 
 def load_model(name: str = DEFAULT_MODEL, *, device: str | torch.device | None = None,
-               dtype: str | torch.dtype | None = None) -> LoadedModel:
+               dtype: str | torch.dtype | None = None, device_map: str | dict | None = None) -> LoadedModel:
     """Load a model by name.
 
     Args:
@@ -32,6 +32,9 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | torch.device | None =
         device: ``"cpu"``, ``"cuda"``, ``"auto"`` or None (CUDA when available, else CPU).
         dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``: the model's weights and
             activations. Scan accumulators are float64 whatever the dtype.
+        device_map: ``"auto"`` (or an accelerate device map) to place the layers over the available GPUs and the CPU
+            (accelerate's ``infer_auto_device_map`` + ``dispatch_model``) for models larger than one GPU; ``device``
+            is then ignored. The scan's tap follows each layer's device.
 
     Returns:
         LoadedModel with ``.hf`` (HF model), ``.tokenizer``, ``.card`` and a lazily booted ``.bridge``.
@@ -42,7 +45,7 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | torch.device | None =
         CorruptModelFileError: a zoo GGUF file fails its size or sha256 check; the message names it.
         ModelLoadError: a folder or hub id without a readable config.json, tokenizer or weights.
         UnsupportedModelError: not a RoPE decoder interp covers (``interp.models.arch``).
-        DeviceError: an unknown or unavailable device, or an unsupported dtype.
+        DeviceError: an unknown or unavailable device, an unsupported dtype, or accelerate missing for ``device_map``.
     """
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     with _quiet():
@@ -59,7 +62,32 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | torch.device | None =
             model = _load_folder(name, dt, local=False)
         else:
             _entry(name)  # raises UnknownModelError with the valid names
+    if device_map is not None:
+        return dispatch(model, device_map)
     return model.to(dev)
+
+
+def dispatch(model: LoadedModel, device_map: str | dict = "auto") -> LoadedModel:
+    """Place a loaded model's layers over the GPUs and the CPU with accelerate (``"auto"``: as much as fits on the
+    GPUs in order, the rest on the CPU; a dict: accelerate's ``{module name: device}``). Returns ``model``.
+
+    Raises:
+        DeviceError: accelerate is not installed, or ``device_map`` is a string other than ``"auto"``.
+    """
+    from interp.errors import DeviceError
+
+    try:
+        from accelerate import dispatch_model, infer_auto_device_map
+    except ImportError:
+        raise DeviceError("--device-map needs accelerate: pip install accelerate") from None
+    if isinstance(device_map, str):
+        if device_map != "auto":
+            raise DeviceError(f"unknown device map {device_map!r}; use 'auto' (or pass accelerate's dict from Python)")
+        device_map = infer_auto_device_map(model.hf, no_split_module_classes=model.hf._no_split_modules or [])
+    if set(device_map.values()) <= {"cpu"}:  # nothing on a GPU: a plain CPU model (dispatch_model would add hooks for nothing)
+        return model.to("cpu")
+    model.hf = dispatch_model(model.hf, device_map=device_map)
+    return model
 
 
 def _load_gguf(name: str, dtype: torch.dtype) -> LoadedModel:
