@@ -266,7 +266,7 @@ def inp_sums(
     return {
         "signed": inp_signed_prefix(q_rot, k_rot, pairing, skip, window),
         "abs": total.reshape(H, F),
-        "count": torch.full((H,), count, dtype=torch.float64),
+        "count": torch.full((H,), count, dtype=torch.float64, device=q_rot.device),
     }
 
 

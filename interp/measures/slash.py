@@ -27,9 +27,9 @@ from interp.measures.base import Column, Dims, Entry, LayerInput, Measure, Optio
 SKIP = 4  # positions 0..SKIP-1 are excluded (paper 004: "positions 1-4")
 
 
-def valid_counts(n_pos: int, skip: int = SKIP) -> Float[torch.Tensor, "delta"]:
+def valid_counts(n_pos: int, skip: int = SKIP, device: torch.device | str | None = None) -> Float[torch.Tensor, "delta"]:
     """``[delta]`` number of entries ``A[i, i - delta]`` with ``i - delta >= skip``: ``max(0, N - delta - skip)``."""
-    return (n_pos - skip - torch.arange(n_pos, dtype=torch.float64)).clamp(min=0)
+    return (n_pos - skip - torch.arange(n_pos, dtype=torch.float64, device=device)).clamp(min=0)
 
 
 def prompt_slash(lag_sum: Float[torch.Tensor, "head delta"], n_pos: int, skip: int = SKIP, kappa_long: float | None = None,
@@ -48,9 +48,9 @@ def prompt_slash(lag_sum: Float[torch.Tensor, "head delta"], n_pos: int, skip: i
         ``long_hits`` (1 where the mean >= kappa_long), ``long_hit_score`` (the mean there),
         ``long_hit_prompt`` (``prompt_id`` there), all ``[head, delta]`` float64.
     """
-    cnt = valid_counts(n_pos, skip)
+    cnt = valid_counts(n_pos, skip, lag_sum.device)
     ok = cnt > 0
-    mean = torch.where(ok, lag_sum.double() / cnt.clamp(min=1), torch.zeros((), dtype=torch.float64))
+    mean = torch.where(ok, lag_sum.double() / cnt.clamp(min=1), 0.0)
     out = {"slash_mean_sum": mean, "slash_prompts": ok.double()}
     if kappa_long is not None:
         hit = (mean >= kappa_long) & ok

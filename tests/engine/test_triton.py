@@ -25,7 +25,8 @@ needs_triton = pytest.mark.skipif(not ta.available("cpu") and not ta.available("
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
 pytestmark = needs_triton
 
-DEVICES = ["cpu"] if not torch.cuda.is_available() else ["cuda"]
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the Triton kernels run (else the interpreter on CPU tensors)
+DEVICES = [DEV]
 
 
 def _check_all(q, k, v, tok, scale, window, softcap, block, skip=4, M=8):
@@ -77,15 +78,16 @@ def test_triton_equals_the_cpu_kernel():
     g = torch.Generator().manual_seed(1)
     q, k, v = torch.randn(50, 4, 16, generator=g), torch.randn(50, 2, 16, generator=g), torch.randn(50, 2, 16, generator=g)
     tok = torch.randint(0, 4, (50,), generator=g)
-    r = ta.stream_layer(q, k, v, 0.3, 11, 4.0, 16, 4, 8, q_pre=q.flip(0), k_pre=k.flip(0), inp=True, tokens=tok)
+    d = lambda t: t.to(DEV)  # noqa: E731
+    r = ta.stream_layer(d(q), d(k), d(v), 0.3, 11, 4.0, 16, 4, 8, q_pre=d(q.flip(0)), k_pre=d(k.flip(0)), inp=True, tokens=d(tok))
     c = kernels.stream_layer(q, k, v, 0.3, 11, 4.0, 7, 4, 8, q.flip(0), k.flip(0), inp_pairing="rotate_half", tokens=tok)
     for name, ref in zip(["out", "lag", "key0", "map", "key0_pre", "inp_signed", "inp_abs", "token_match"], c):
-        torch.testing.assert_close(r[name].double(), ref.double(), rtol=2e-5, atol=2e-5, msg=name)
+        torch.testing.assert_close(r[name].cpu().double(), ref.double(), rtol=2e-5, atol=2e-5, msg=name)
 
 
 def test_without_v_the_reductions_are_the_same():
     g = torch.Generator().manual_seed(2)
-    q, k, v = torch.randn(30, 2, 16, generator=g), torch.randn(30, 1, 16, generator=g), torch.randn(30, 1, 16, generator=g)
+    q, k, v = (torch.randn(30, h, 16, generator=g).to(DEV) for h in (2, 1, 1))
     a = ta.stream_layer(q, k, v, 0.5, None, None, 16, 4, 8)
     b = ta.stream_layer(q, k, None, 0.5, None, None, 16, 4, 8)
     assert b["out"] is None
@@ -109,7 +111,8 @@ def test_scan_on_triton_equals_the_cpu_kernel(name, cfg):
     m = load_model(name, device="cpu")
     toks = [torch.randint(0, 200, (n,), generator=torch.Generator().manual_seed(n)) for n in (21, 33)]
     ref = scan(m, toks, cfg, engine="cpu-kernel" if kernels.available() else "python")
-    got = scan(m, toks, cfg, engine="triton")
+    got = scan(m.to(DEV), toks, cfg, engine="triton")
+    m.to("cpu")
     assert got.meta["engine"] == "triton"
     assert set(got.state) == set(ref.state)
     for key in ref.state:  # the layers' outputs differ by float rounding, which the next layers carry: a relative bound

@@ -243,7 +243,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: flo
     """Pass 1: ``(out [pos, head, d_head] float32 or None without v, lse [head, pos] float32)``.
 
     ``lse_i`` is the natural-log log-sum-exp of row i's scaled, soft-capped, masked logits; ``out`` the layer's
-    attention output (online softmax, as flash attention). Args as ``stream_layer``.
+    attention output (online softmax, as flash attention). Args as ``stream_layer``. (PyTorch's own flash attention
+    also returns ``lse``, but with the kv heads repeated for it and its output cast it measured slower on an H100:
+    25.9 ms against 22.8 ms for this kernel at 32k tokens, Llama-3.1-8B's head shapes.)
     """
     N, H, D = q.shape
     a = _args(q, k, scale, window, softcap)
