@@ -167,7 +167,7 @@ class Collector:
         if "variants" in self.needs:
             products["variants"] = self._variants(layer, q_pre, k_pre, scale, window, softcap)
         x = LayerInput(layer, self.prompt_id, self.tokens, q_pre, k_pre, q_rot, k_rot, scale, window, softcap,
-                       self.card, self.cfg, products)
+                       self.card, self.cfg, products, value=v)
         for m in self.measures:
             self._place(m, m.update(x), layer)
         return out

@@ -1,4 +1,4 @@
-"""Capture pre- and post-RoPE queries and keys of one prompt, and the model's own attention.
+"""Capture pre- and post-RoPE queries and keys (and the values) of one prompt, and the model's own attention.
 
 Values are read at each layer's attention call (``interp.hooks.taps``), so capture works the same on every
 covered family (``interp.models.arch``):
@@ -9,7 +9,9 @@ covered family (``interp.models.arch``):
   against TransformerLens' ``hook_q``/``hook_k`` where the bridge has them);
 - ``patterns``: the model's own *eager* attention probabilities, from its modeling file's eager function.
 
-Everything is returned in the canonical layout ``[pos, head, d_head]`` (keys per ``kv_head``), float32.
+- ``v``: the values, as the model hands them to its attention function.
+
+Everything is returned in the canonical layout ``[pos, head, d_head]`` (keys and values per ``kv_head``), float32.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Capture:
         q_pre, q_rot: per layer ``[pos, head, d_head]`` before / after RoPE.
         k_pre, k_rot: per layer ``[pos, kv_head, d_head]`` before / after RoPE.
         patterns: per layer ``[head, q_pos, k_pos]`` model's own attention, if captured.
+        v: per layer ``[pos, kv_head, d_head]`` values, exactly what the model hands its attention function (no RoPE).
     """
 
     tokens: torch.Tensor
@@ -45,6 +48,7 @@ class Capture:
     q_rot: list[torch.Tensor]
     k_rot: list[torch.Tensor]
     patterns: list[torch.Tensor] | None = None
+    v: list[torch.Tensor] | None = None
 
     @property
     def n_layers(self) -> int:
@@ -100,11 +104,12 @@ def capture(model: LoadedModel, tokens, *, patterns: bool = False, beyond_contex
     """
     toks = as_tokens(model, tokens, beyond_context=beyond_context)
     L = model.card.n_layers
-    got: dict[str, list] = {k: [None] * L for k in ("q_pre", "k_pre", "q_rot", "k_rot", "patterns")}
+    got: dict[str, list] = {k: [None] * L for k in ("q_pre", "k_pre", "q_rot", "k_rot", "v", "patterns")}
 
     def keep(call: AttentionCall) -> torch.Tensor:
         got["q_pre"][call.layer], got["k_pre"][call.layer] = call.pre()
         got["q_rot"][call.layer], got["k_rot"][call.layer] = call.query.float(), call.key.float()
+        got["v"][call.layer] = call.value.float()
         out, weights = call.default()
         if patterns:
             got["patterns"][call.layer] = weights.float()
@@ -113,7 +118,7 @@ def capture(model: LoadedModel, tokens, *, patterns: bool = False, beyond_contex
     with torch.no_grad(), attention_taps(model, keep, implementation="eager" if patterns else None):
         model.hf.base_model(toks[None].to(model.device), use_cache=False)
     return Capture(tokens=toks, q_pre=got["q_pre"], k_pre=got["k_pre"], q_rot=got["q_rot"], k_rot=got["k_rot"],
-                   patterns=got["patterns"] if patterns else None)
+                   patterns=got["patterns"] if patterns else None, v=got["v"])
 
 
 def recompute_pattern(model: LoadedModel, cap: Capture, layer: int) -> Float[torch.Tensor, "head q_pos k_pos"]:

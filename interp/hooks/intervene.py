@@ -10,6 +10,9 @@ local base 1e4, global 1e6) are changed per layer type. Every hook is removed on
 model exactly as it was (the tests compare logits before and after).
 
 Where the variant needs the tokens (2D-RoPE), they are read from the input ids of the same forward.
+
+``massive_intervention(model, channels, values, layers)`` is Jin et al.'s (ICML 2025) "destruction" of massive
+values: chosen post-RoPE channels of q and k replaced by a mean in chosen layers, the model restored exactly on exit.
 """
 
 from __future__ import annotations
@@ -108,3 +111,119 @@ def mean_nll(model: LoadedModel, prompts) -> float:
             total += float(torch.nn.functional.cross_entropy(logits, t[1:], reduction="sum"))
             count += t.numel() - 1
     return total / max(count, 1)
+
+
+@contextmanager
+def massive_intervention(model: LoadedModel, channels: dict, values: dict | None = None,
+                         layers: Iterable[int] | None = None) -> Iterator[None]:
+    """Jin et al.'s "destruction" of massive values: inside the ``with`` block, the chosen post-RoPE channels of q and k
+    are replaced, at every position, by a mean.
+
+    Jin et al. (ICML 2025; ``MingyuJ666/Rope_with_LLM``, ``modeling_llama.py`` / ``modeling_qwen2.py``,
+    ``add_mean_perturbation``): right after ``apply_rotary_pos_emb``, for every head, the chosen channels of
+    ``query_states`` (and, per kv head, ``key_states``) are overwritten with one number, the mean over the positions
+    and over those channels (``torch.mean(torch.stack([vector.mean() for vector in target_vectors]))``); forwards of
+    one token (decoding) are left alone (``if q_len != 1``). That is ``values=None`` here. With ``values``, each
+    chosen channel is set to a fixed value instead (e.g. its mean over a calibration scan,
+    ``interp.measures.massive.channel_means``), which keeps the intervention causal: Jin et al.'s per-forward mean
+    reads every position of the forward, later ones included (one number per head, so little leaks).
+
+    Implemented by wrapping the ``apply_rotary_pos_emb`` function of the attention modules' modeling file while the
+    chosen layers run, so every attention implementation and ``interp.scan`` / ``interp.capture`` (whose taps see
+    the edited q, k) run the intervened model; the original function and every hook are back on exit.
+
+    Args:
+        model: a loaded model whose family passes its RoPE tables to attention (not GPT-J).
+        channels: ``{"q": Bool[layer, head, d_head], "k": Bool[layer, kv_head, d_head]}`` (either may be missing:
+            that side is left alone), e.g. ``interp.experiments.massive.massive_channels``.
+        values: ``None`` (Jin et al.'s per-forward, per-head mean) or ``{"q": [layer, head, d_head], "k": [layer,
+            kv_head, d_head]}`` float values written into the chosen channels.
+        layers: the layers edited (default: all); the others keep their q, k.
+
+    Raises:
+        ValueError: a layer outside ``0..n_layers-1``, or masks / values of the wrong shape.
+        UnsupportedModelError: a family that builds its own rotation (GPT-J), or whose modeling file has no
+            ``apply_rotary_pos_emb``.
+    """
+    import sys
+
+    hf, card = model.hf, model.card
+    if family(hf).call != "interface":
+        raise UnsupportedModelError(f"{card.name}: the massive-value intervention edits q, k after apply_rotary_pos_emb, "
+                                    f"and {card.family} builds its own rotation")
+    L = card.n_layers
+    chosen = sorted(set(range(L) if layers is None else layers))
+    if any(not 0 <= l < L for l in chosen):
+        raise ValueError(f"layers must lie in 0..{L - 1}, got {chosen}")
+    want = {"q": (L, card.n_heads, card.d_head), "k": (L, card.n_kv_heads, card.d_head)}
+    masks, fills = {}, {}
+    for x, shape in want.items():
+        if channels.get(x) is None:
+            continue
+        m = torch.as_tensor(channels[x]).bool()
+        if tuple(m.shape) != shape:
+            raise ValueError(f"channels[{x!r}] must have shape {shape} ([layer, {'head' if x == 'q' else 'kv_head'}, d_head]), got {tuple(m.shape)}")
+        masks[x] = m
+        if values is not None:
+            v = torch.as_tensor(values[x], dtype=torch.float32)
+            if tuple(v.shape) != shape:
+                raise ValueError(f"values[{x!r}] must have shape {shape}, got {tuple(v.shape)}")
+            fills[x] = v
+    mods = attention_modules(hf)
+    files = {type(m).__module__ for m in mods}
+    for f in files:
+        if not callable(getattr(sys.modules[f], "apply_rotary_pos_emb", None)):
+            raise UnsupportedModelError(f"{card.name}: {f} has no apply_rotary_pos_emb to wrap")
+    current: dict[str, int | None] = {"layer": None}
+
+    def edit(t: torch.Tensor, x: str, layer: int) -> torch.Tensor:
+        """``t`` ``[batch, head, pos, d_head]`` with the chosen channels of ``layer`` overwritten."""
+        m = masks[x][layer].to(t.device)  # [head, d]
+        if not bool(m.any()):
+            return t
+        sel = m[None, :, None, :]
+        if x in fills:
+            fill = fills[x][layer].to(t.device, t.dtype)[None, :, None, :]
+        else:
+            if t.shape[2] == 1:  # Jin et al. leave one-token forwards alone
+                return t
+            n = m.sum(-1).to(t.dtype) * (t.shape[0] * t.shape[2])  # entries per head
+            fill = ((t * sel).sum((0, 2, 3)) / n.clamp(min=1))[None, :, None, None]
+        return torch.where(sel, fill, t)
+
+    originals = {f: sys.modules[f].apply_rotary_pos_emb for f in files}
+
+    def wrap(original):
+        def apply_rotary_pos_emb(q, k, *args, **kwargs):
+            q2, k2 = original(q, k, *args, **kwargs)
+            layer = current["layer"]
+            if layer is None:
+                return q2, k2
+            if "q" in masks:
+                q2 = edit(q2, "q", layer)
+            if "k" in masks:
+                k2 = edit(k2, "k", layer)
+            return q2, k2
+        return apply_rotary_pos_emb
+
+    def enter(layer: int):
+        def hook(_m, _args, _kwargs):
+            current["layer"] = layer
+        return hook
+
+    def leave(_m, _args, _kwargs, _out):
+        current["layer"] = None
+
+    handles = []
+    try:
+        for l in chosen:
+            handles.append(mods[l].register_forward_pre_hook(enter(l), with_kwargs=True))
+            handles.append(mods[l].register_forward_hook(leave, with_kwargs=True))
+        for f, orig in originals.items():
+            setattr(sys.modules[f], "apply_rotary_pos_emb", wrap(orig))
+        yield
+    finally:
+        for f, orig in originals.items():
+            setattr(sys.modules[f], "apply_rotary_pos_emb", orig)
+        for h in handles:
+            h.remove()

@@ -123,6 +123,8 @@ class LayerInput:
         scale, window, softcap: the layer's logit scale, sliding window (None: full causal) and soft-cap (None: none).
         card: the model card (``interp.models.ModelCard``); config: the ``ScanConfig``.
         products: the requested products of the tiled pass (``PRODUCTS``).
+        value: ``[pos, kv_head, d_head]`` float32 values the layer attends with (None where an engine does not pass
+            them; the ``massive`` measure needs them).
     """
 
     layer: int
@@ -138,6 +140,7 @@ class LayerInput:
     card: Any
     config: Any
     products: Mapping[str, Any] = field(default_factory=dict)
+    value: Float[torch.Tensor, "pos kv_head d_head"] | None = None
 
     @property
     def n_pos(self) -> int:
