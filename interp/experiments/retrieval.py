@@ -448,7 +448,7 @@ def run_retrieval(model, cfg: RetrievalConfig = RetrievalConfig(), *, progress: 
                 gated.append(recall > cfg.gate)
                 if progress:
                     log(f"length {length} depth {depth:g} needle {n}: recall {recall:.2f}, {len(d.generated)} tokens, "
-                        f"{d.seconds:.1f} s: {response[:60]!r}")
+                        f"{d.seconds:.1f} s: {ascii(response[:60])}")
     heads = retrieval_table(torch.stack(scores), torch.tensor([r["needle_tokens"] for r in rows]), torch.tensor(gated),
                             c.n_heads, c.n_kv_heads)
     return RetrievalResult(heads, pd.DataFrame(rows), cfg, time.perf_counter() - t0, {"model": c.name, "source": SOURCE})
