@@ -1,0 +1,112 @@
+"""Retrieval heads (Wu et al. 2024) of the zoo models: needle-in-a-haystack on pydoc text, scored at decode time.
+
+For each model, ``interp.experiments.retrieval.run_retrieval`` (the rule, its source and what differs from the
+reference are in that module's docstring): a seeded random needle ("The secret code of the <adjective> <animal> is
+<w1> <w2> <w3> <w4>.") is placed at each depth of a pydoc haystack of each length; the model answers the question
+greedily (KV cache on, at most 50 tokens, its chat template where its tokenizer has one); a head's retrieval score
+is the share of needle tokens it copies (top-1 attention on the needle position holding the token generated),
+averaged over the trials the model answers (ROUGE-1 recall > 0.5). Wu et al. used 7B-70B models and 1k-50k-token
+haystacks; here 135M-500M models at 256-1024 tokens (their contexts allow more; CPU time does not).
+
+Writes per model ``retrieval_heads_<model>.csv`` (``model, layer, head, kv_head, retrieval_score, retrieval_score_all,
+hits, hits_all, trials_retrieved, trials``), ``retrieval_heads_<model>_trials.csv`` (every prompt: needle position,
+answer, response, ROUGE-1 recall), and for all models ``retrieval_heads_copy.csv`` (copy accuracy per model, length
+and depth), ``retrieval_heads_summary.csv`` (per model: trials, retrieved, mean recall, heads with score >= 0.1 and
+>= 0.5, the top five heads, seconds) and ``retrieval_heads.{html,png}`` (layer x head heatmaps).
+
+    python analyses/retrieval_heads.py [--models ...] [--lengths 256,512,1024] [--depths 0.1,0.3,0.5,0.7,0.9]
+                                       [--needles 2] [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import interp  # noqa: E402
+from _common import parser, save_figure  # noqa: E402
+from interp.experiments.retrieval import RetrievalConfig, run_retrieval  # noqa: E402
+
+THRESHOLDS = (0.1, 0.5)
+
+
+def summarise(name: str, heads: pd.DataFrame, trials: pd.DataFrame, seconds: float) -> dict:
+    """One summary row of a model (the top heads by ``retrieval_score``, or by ``retrieval_score_all`` if none retrieved)."""
+    key = "retrieval_score" if trials["retrieved"].any() else "retrieval_score_all"
+    top = heads.sort_values(key, ascending=False).head(5)
+    row = dict(model=name, trials=len(trials), retrieved=int(trials["retrieved"].sum()),
+               rouge1_recall=round(float(trials["rouge1_recall"].mean()), 3), ranked_by=key)
+    for t in THRESHOLDS:
+        row[f"heads_ge_{t:g}"] = int((heads["retrieval_score"] >= t).sum())
+    row["n_heads"] = len(heads)
+    row["top_heads"] = " ".join(f"L{r.layer}H{r.head}" for r in top.itertuples())
+    row["top_scores"] = " ".join(f"{getattr(r, key):.3f}" for r in top.itertuples())
+    row["seconds"] = round(seconds, 1)
+    return row
+
+
+def figure(tables: dict[str, pd.DataFrame]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=len(tables), subplot_titles=list(tables), horizontal_spacing=0.06)
+    for i, (name, h) in enumerate(tables.items(), 1):
+        z = h.pivot(index="layer", columns="head", values="retrieval_score").values
+        fig.add_trace(go.Heatmap(z=z, colorscale="Viridis", zmin=0, zmax=1, showscale=i == len(tables),
+                                 hovertemplate="L%{y}H%{x}: %{z:.3f}<extra></extra>"), row=1, col=i)
+        fig.update_xaxes(title_text="head", row=1, col=i)
+        fig.update_yaxes(title_text="layer", row=1, col=i)
+    fig.update_layout(title="Retrieval score per head (Wu et al. 2024: share of needle tokens copied by top-1 attention, "
+                      "over the prompts the model answers)", height=600, width=420 * len(tables) + 100)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    ap = parser(__doc__, "tiny-llama, one length of 200 tokens, two depths, 6 generated tokens")
+    ap.add_argument("--lengths", default="256,512,1024")
+    ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
+    ap.add_argument("--needles", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.quick:
+        models, cfg = ["tiny-llama"], RetrievalConfig(lengths=(200,), depths=(0.2, 0.8), needles=1, max_new_tokens=6)
+    else:
+        models = [m for m in args.models if interp.models.is_installed(m)]
+        skipped = [m for m in args.models if m not in models]
+        if skipped:
+            print(f"not installed, skipped: {', '.join(skipped)} (see DESIGN: the zoo's optional models)")
+        cfg = RetrievalConfig(lengths=tuple(int(x) for x in args.lengths.split(",")),
+                              depths=tuple(float(x) for x in args.depths.split(",")), needles=args.needles, seed=args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tables, copy, summary = {}, [], []
+    for name in models:
+        t0 = time.perf_counter()
+        model = interp.load_model(name, device="cpu")
+        r = run_retrieval(model, cfg, progress=True)
+        secs = time.perf_counter() - t0
+        heads = r.heads.assign(model=name)[["model", *r.heads.columns]]
+        heads.to_csv(args.out / f"retrieval_heads_{name}.csv", index=False)
+        r.trials.assign(model=name)[["model", *r.trials.columns]].to_csv(args.out / f"retrieval_heads_{name}_trials.csv", index=False)
+        copy.append(r.summary.assign(model=name))
+        summary.append(summarise(name, heads, r.trials, secs))
+        tables[name] = heads
+        s = summary[-1]
+        print(f"{name}: {s['retrieved']} of {s['trials']} trials retrieved, mean recall {s['rouge1_recall']:.2f}; "
+              f"top heads {s['top_heads']} ({s['top_scores']}); {secs:.0f} s", flush=True)
+        del model
+    c = pd.concat(copy, ignore_index=True)
+    c[["model", "length", "depth", "rouge1_recall", "retrieved", "trials"]].to_csv(args.out / "retrieval_heads_copy.csv", index=False)
+    out = pd.DataFrame(summary)
+    out.to_csv(args.out / "retrieval_heads_summary.csv", index=False)
+    save_figure(figure(tables), args.out, "retrieval_heads")
+    return out
+
+
+if __name__ == "__main__":
+    main()
