@@ -9,10 +9,12 @@ averaged over the trials the model answers (ROUGE-1 recall > 0.5). Wu et al. use
 haystacks; here 135M-500M models at 256-1024 tokens (their contexts allow more; CPU time does not).
 
 Writes per model ``retrieval_heads_<model>.csv`` (``model, layer, head, kv_head, retrieval_score, retrieval_score_all,
-hits, hits_all, trials_retrieved, trials``), ``retrieval_heads_<model>_trials.csv`` (every prompt: needle position,
+hits, hits_all, trials_retrieved, trials, rr_induction_score``; the last: TransformerLens' induction score on 4 x 512
+repeated random tokens, ``interp scan --measure token_match``, for the comparison), ``retrieval_heads_<model>_trials.csv`` (every prompt: needle position,
 answer, response, ROUGE-1 recall), and for all models ``retrieval_heads_copy.csv`` (copy accuracy per model, length
 and depth), ``retrieval_heads_summary.csv`` (per model: trials, retrieved, mean recall, heads with score >= 0.1 and
->= 0.5, the top five heads, seconds) and ``retrieval_heads.{html,png}`` (layer x head heatmaps).
+>= 0.5, the top five heads by retrieval and by induction score, how many are in both, the Spearman correlation
+of the two scores over all heads, seconds, the grid; rows of models not run keep their values) and ``retrieval_heads.{html,png}`` (layer x head heatmaps).
 
     python analyses/retrieval_heads.py [--models ...] [--lengths 256,512,1024] [--depths 0.1,0.3,0.5,0.7,0.9]
                                        [--needles 2] [--quick] [--out DIR]
@@ -38,7 +40,17 @@ from interp.experiments.retrieval import RetrievalConfig, run_retrieval  # noqa:
 THRESHOLDS = (0.1, 0.5)
 
 
-def summarise(name: str, heads: pd.DataFrame, trials: pd.DataFrame, seconds: float) -> dict:
+def induction_scores(model, n_prompts: int, n_tokens: int, seed: int = 0) -> pd.DataFrame:
+    """``layer, head, rr_induction_score``: TransformerLens' induction score (``--measure token_match``) on repeated
+    random tokens (``interp.corpus`` ``repeated-random``: BOS, r, r), for the comparison with the retrieval score."""
+    from interp.engine.config import switch_on
+
+    p = interp.corpus.prompts(model, "repeated-random", n_prompts, n_tokens, seed)
+    heads = interp.scan(model, p, switch_on(interp.ScanConfig(counterfactual_sinks=False), ["token_match"])).heads
+    return heads[["layer", "head", "induction_score"]].rename(columns={"induction_score": "rr_induction_score"})
+
+
+def summarise(name: str, heads: pd.DataFrame, trials: pd.DataFrame, seconds: float, grid: str = "") -> dict:
     """One summary row of a model (the top heads by ``retrieval_score``, or by ``retrieval_score_all`` if none retrieved)."""
     key = "retrieval_score" if trials["retrieved"].any() else "retrieval_score_all"
     top = heads.sort_values(key, ascending=False).head(5)
@@ -49,7 +61,13 @@ def summarise(name: str, heads: pd.DataFrame, trials: pd.DataFrame, seconds: flo
     row["n_heads"] = len(heads)
     row["top_heads"] = " ".join(f"L{r.layer}H{r.head}" for r in top.itertuples())
     row["top_scores"] = " ".join(f"{getattr(r, key):.3f}" for r in top.itertuples())
+    if "rr_induction_score" in heads:
+        ind = heads.sort_values("rr_induction_score", ascending=False).head(5)
+        row["top_induction_heads"] = " ".join(f"L{r.layer}H{r.head}" for r in ind.itertuples())
+        row["top_in_both"] = len(set(row["top_heads"].split()) & set(row["top_induction_heads"].split()))
+        row["spearman_induction"] = round(float(heads[key].corr(heads["rr_induction_score"], method="spearman")), 3)
     row["seconds"] = round(seconds, 1)
+    row["grid"] = grid
     return row
 
 
@@ -91,21 +109,36 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         r = run_retrieval(model, cfg, progress=True)
         secs = time.perf_counter() - t0
         heads = r.heads.assign(model=name)[["model", *r.heads.columns]]
+        heads = heads.merge(induction_scores(model, *((2, 64) if args.quick else (4, 512))), on=["layer", "head"])
         heads.to_csv(args.out / f"retrieval_heads_{name}.csv", index=False)
         r.trials.assign(model=name)[["model", *r.trials.columns]].to_csv(args.out / f"retrieval_heads_{name}_trials.csv", index=False)
         copy.append(r.summary.assign(model=name))
-        summary.append(summarise(name, heads, r.trials, secs))
+        grid = (f"lengths {'/'.join(map(str, cfg.lengths))}; depths {'/'.join(f'{d:g}' for d in cfg.depths)}; "
+                f"{cfg.needles} needles; template {cfg.template}")
+        summary.append(summarise(name, heads, r.trials, secs, grid))
         tables[name] = heads
         s = summary[-1]
         print(f"{name}: {s['retrieved']} of {s['trials']} trials retrieved, mean recall {s['rouge1_recall']:.2f}; "
               f"top heads {s['top_heads']} ({s['top_scores']}); {secs:.0f} s", flush=True)
         del model
-    c = pd.concat(copy, ignore_index=True)
-    c[["model", "length", "depth", "rouge1_recall", "retrieved", "trials"]].to_csv(args.out / "retrieval_heads_copy.csv", index=False)
+    c = pd.concat(copy, ignore_index=True)[["model", "length", "depth", "rouge1_recall", "retrieved", "trials"]]
+    _update(c, args.out / "retrieval_heads_copy.csv", models)
     out = pd.DataFrame(summary)
-    out.to_csv(args.out / "retrieval_heads_summary.csv", index=False)
+    _update(out, args.out / "retrieval_heads_summary.csv", models)
+    for name in args.models if not args.quick else []:  # the heatmaps show every model with a table in --out
+        f = args.out / f"retrieval_heads_{name}.csv"
+        if name not in tables and f.exists():
+            tables[name] = pd.read_csv(f)
     save_figure(figure(tables), args.out, "retrieval_heads")
     return out
+
+
+def _update(table: pd.DataFrame, path: Path, models: list[str]) -> None:
+    """Write ``table`` to ``path``, keeping the rows of models not run now (one model can be rerun on its own)."""
+    if path.exists():
+        old = pd.read_csv(path)
+        table = pd.concat([old[~old["model"].isin(models)], table], ignore_index=True)
+    table.to_csv(path, index=False)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ def test_summary_ranks_by_the_gated_score_when_any_trial_is_retrieved():
     trials = pd.DataFrame({"retrieved": [True, False], "rouge1_recall": [1.0, 0.25]})
     s = mod.summarise("m", heads, trials, 1.0)
     assert s["top_heads"].split()[0] == "L0H1" and s["ranked_by"] == "retrieval_score" and s["rouge1_recall"] == 0.625
-    assert s["heads_ge_0.1"] == 2 and s["heads_ge_0.5"] == 1 and s["retrieved"] == 1
+    assert "top_induction_heads" not in s and s["heads_ge_0.1"] == 2 and s["heads_ge_0.5"] == 1 and s["retrieved"] == 1
     s = mod.summarise("m", heads, trials.assign(retrieved=False), 1.0)
     assert s["top_heads"].split()[0] == "L0H0" and s["ranked_by"] == "retrieval_score_all"
 
@@ -29,3 +29,4 @@ def test_quick_mode_writes_its_tables(tmp_path):
     copy = pd.read_csv(tmp_path / "retrieval_heads_copy.csv")
     assert list(copy.columns) == ["model", "length", "depth", "rouge1_recall", "retrieved", "trials"] and len(copy) == 2
     assert (tmp_path / "retrieval_heads_tiny-llama_trials.csv").exists() and (tmp_path / "retrieval_heads.html").exists()
+    assert "rr_induction_score" in heads and out.loc[0, "top_induction_heads"].count("L") == 5
