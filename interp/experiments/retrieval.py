@@ -383,7 +383,7 @@ class RetrievalResult:
         trials: one row per (length, depth, needle): ``length, depth, needle, needle_depth, needle_start, needle_end,
             needle_tokens, answer, response, rouge1_recall, retrieved, generated_tokens, copy_steps`` (steps whose
             token occurs in the needle: the most any head can copy), ``best_head_hits``, ``seconds``.
-        config: the config used. seconds: total wall-clock seconds.
+        config: the config used. seconds: total wall-clock seconds. meta: the model's name and the rule's source.
     """
 
     heads: pd.DataFrame
