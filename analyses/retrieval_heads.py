@@ -79,8 +79,8 @@ def figure(tables: dict[str, pd.DataFrame]) -> go.Figure:
                                  hovertemplate="L%{y}H%{x}: %{z:.3f}<extra></extra>"), row=1, col=i)
         fig.update_xaxes(title_text="head", row=1, col=i)
         fig.update_yaxes(title_text="layer", row=1, col=i)
-    fig.update_layout(title="Retrieval score per head (Wu et al. 2024: share of needle tokens copied by top-1 attention, "
-                      "over the prompts the model answers)", height=600, width=420 * len(tables) + 100)
+    fig.update_layout(title="Retrieval score per head (Wu et al. 2024)<br><sup>share of needle tokens copied by top-1 "
+                      "attention, over the prompts the model answers</sup>", height=600, width=420 * len(tables) + 100)
     return fig
 
 
