@@ -17,7 +17,7 @@ and depth), ``retrieval_heads_summary.csv`` (per model: trials, retrieved, mean 
 of the two scores over all heads, seconds, the grid; rows of models not run keep their values) and ``retrieval_heads.{html,png}`` (layer x head heatmaps).
 
     python analyses/retrieval_heads.py [--models ...] [--lengths 256,512,1024] [--depths 0.1,0.3,0.5,0.7,0.9]
-                                       [--needles 2] [--quick] [--out DIR]
+                                       [--needles 2] [--quick] [--figure-only] [--out DIR]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from plotly.subplots import make_subplots
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interp  # noqa: E402
-from _common import parser, save_figure  # noqa: E402
+from _common import MODELS, parser, save_figure  # noqa: E402
 from interp.experiments.retrieval import RetrievalConfig, run_retrieval  # noqa: E402
 
 THRESHOLDS = (0.1, 0.5)
@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
     ap.add_argument("--needles", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--figure-only", action="store_true", help="redraw the heatmaps from the tables in --out, run nothing")
     args = ap.parse_args(argv)
+    if args.figure_only:
+        save_figure(figure(_tables(args.out, {})), args.out, "retrieval_heads")
+        return pd.read_csv(args.out / "retrieval_heads_summary.csv")
     torch.set_num_threads(1)
     if args.quick:
         models, cfg = ["tiny-llama"], RetrievalConfig(lengths=(200,), depths=(0.2, 0.8), needles=1, max_new_tokens=6)
@@ -125,12 +129,15 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     _update(c, args.out / "retrieval_heads_copy.csv", models)
     out = pd.DataFrame(summary)
     _update(out, args.out / "retrieval_heads_summary.csv", models)
-    for name in args.models if not args.quick else []:  # the heatmaps show every model with a table in --out
-        f = args.out / f"retrieval_heads_{name}.csv"
-        if name not in tables and f.exists():
-            tables[name] = pd.read_csv(f)
-    save_figure(figure(tables), args.out, "retrieval_heads")
+    save_figure(figure(tables if args.quick else _tables(args.out, tables)), args.out, "retrieval_heads")
     return out
+
+
+def _tables(out: Path, tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """``tables`` plus the table of every zoo model that has one in ``out`` (the heatmaps show them all), zoo order."""
+    found = {m: tables.get(m) if m in tables else pd.read_csv(out / f"retrieval_heads_{m}.csv")
+             for m in MODELS if m in tables or (out / f"retrieval_heads_{m}.csv").exists()}
+    return {**found, **{m: t for m, t in tables.items() if m not in found}}
 
 
 def _update(table: pd.DataFrame, path: Path, models: list[str]) -> None:
