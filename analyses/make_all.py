@@ -28,6 +28,7 @@ SCRIPTS = {
     "compare_zoo": HERE / "compare_zoo.py",
     "ood_ratio": HERE / "ood_ratio.py",
     "massive_values": HERE / "massive_values.py",
+    "retrieval_heads": HERE / "retrieval_heads.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
     "leave_one_out": HERE / "leave_one_out.py",
