@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from interp.engine import kernels
-from interp.attention import attention_blocks, key_weight, lag_sums, token_match_sums
+from interp.attention import attention_blocks, entropy_sums, key_mass_sums, key_weight, lag_sums, token_match_sums
 from interp.errors import NumericsError
 from interp.measures import REGISTRY, Dims, Entry, LayerInput, PromptInput, State
 from interp.measures import inp as inp_measure
@@ -45,6 +45,9 @@ def new_state(card, n_pos: int, cfg) -> State:
 def use_kernel(q: torch.Tensor) -> bool:
     """Whether the fused kernel handles this layer: float32 CPU tensors and the kernel built (see ``interp.engine.kernels``)."""
     return q.device.type == "cpu" and q.dtype == torch.float32 and kernels.available()
+
+
+ROW_PRODUCTS = ("lse", "entropy", "key_mass")  # products computed from each row's normaliser and probabilities
 
 
 class Collector:
@@ -97,7 +100,8 @@ class Collector:
         """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``."""
         pre = (q_pre, k_pre) if "key0_pre" in self.needs else None
         out, products = self._attention(q_rot, k_rot, v, scale, window, softcap, pre, "inp" in self.needs,
-                                        self.tokens if "token_match" in self.needs else None)
+                                        self.tokens if "token_match" in self.needs else None,
+                                        frozenset(self.needs & set(ROW_PRODUCTS)))
         if "variants" in self.needs:
             products["variants"] = self._variants(layer, q_pre, k_pre, scale, window, softcap)
         x = LayerInput(layer, self.prompt_id, self.tokens, q_pre, k_pre, q_rot, k_rot, scale, window, softcap,
@@ -121,20 +125,23 @@ class Collector:
                 idx[-1] = slice(0, value.shape[-1])
             self.state.add(name, tuple(idx), value)
 
-    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None):
+    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None, rows=frozenset()):
         """Exact attention of one layer and its tile products, on the fused kernel when it applies, else in Python.
 
         Returns ``(out [pos, head, d_head] (empty when v is None), products)`` with ``lag``, ``key0`` ``[head, pos]``, ``map``
-        ``[head, M, M]``, ``key0_pre`` (``pre = (q_pre, k_pre)`` given), ``inp`` (when asked; ``interp.measures.inp.inp_sums``' dict)
-        and ``token_match`` (``tokens`` given; ``[head, 3]``, ``interp.attention.token_match_sums``).
+        ``[head, M, M]``, ``key0_pre`` (``pre = (q_pre, k_pre)`` given), ``inp`` (when asked; ``interp.measures.inp.inp_sums``' dict),
+        ``token_match`` (``tokens`` given; ``[head, 3]``, ``interp.attention.token_match_sums``) and those of ``lse``,
+        ``entropy``, ``key_mass`` named in ``rows`` (``interp.measures.PRODUCTS``).
         """
         cfg, pairing = self.cfg, self.card.pairing
         if use_kernel(q):
             self.engine = "fused-cpu"
-            out, lag, sink, amap, sink_pre, inp_s, inp_a, tm = kernels.stream_layer(
+            out, lag, sink, amap, sink_pre, inp_s, inp_a, tm, lse, ent, km = kernels.stream_layer(
                 q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)),
-                inp_pairing=pairing if inp else None, tokens=tokens)
+                inp_pairing=pairing if inp else None, tokens=tokens, lse="lse" in rows, entropy="entropy" in rows,
+                key_mass="key_mass" in rows)
             products = {"lag": lag, "key0": sink, "map": amap}
+            products.update({name: t for name, t in (("lse", lse), ("entropy", ent), ("key_mass", km)) if name in rows})
             if tokens is not None:
                 products["token_match"] = tm
             if pre is not None:
@@ -144,8 +151,8 @@ class Collector:
                 products["inp"] = {"signed": inp_s, "abs": inp_a, "count": torch.full((q.shape[1],), float(n), dtype=torch.float64)}
             return out, products
         self.engine = "python"
-        out, lag, sink, amap, tm = self._blocks(q, k, v, scale, window, softcap, tokens)
-        products = {"lag": lag, "key0": sink, "map": amap}
+        out, lag, sink, amap, tm, extra = self._blocks(q, k, v, scale, window, softcap, tokens, rows)
+        products = {"lag": lag, "key0": sink, "map": amap, **extra}
         if tokens is not None:
             products["token_match"] = tm
         if pre is not None:
@@ -167,9 +174,10 @@ class Collector:
             out.append((p["lag"], p["key0"]))
         return out
 
-    def _blocks(self, q_rot, k_rot, v, scale, window, softcap, tokens=None):
+    def _blocks(self, q_rot, k_rot, v, scale, window, softcap, tokens=None, rows=frozenset()):
         """Python block path: ``(out [pos, head, d_head] (empty without v), lag [head, pos], key0 [head, pos], map [head, M, M],
-        token_match [head, 3] or None)``."""
+        token_match [head, 3] or None, {product: value} of the row products named in rows)``: ``lse [head, pos]`` float32,
+        ``entropy [head, 2]`` and ``key_mass [head, pos]`` float64 (``interp.measures.PRODUCTS``)."""
         cfg, H, M = self.cfg, self.card.n_heads, self.cfg.map_size
         N = q_rot.shape[0]
         out = torch.empty_like(q_rot) if v is not None else q_rot.new_empty(0, H, q_rot.shape[-1])
@@ -178,14 +186,28 @@ class Collector:
         sink = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
         amap = torch.zeros(H, M, M, dtype=torch.float64, device=q_rot.device)
         tm = torch.zeros(H, 3, dtype=torch.float64, device=q_rot.device) if tokens is not None else None
-        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out if v is not None else None):
+        extra = {}
+        if "lse" in rows:
+            extra["lse"] = torch.zeros(H, N, dtype=torch.float32, device=q_rot.device)
+        if "entropy" in rows:
+            extra["entropy"] = torch.zeros(H, 2, dtype=torch.float64, device=q_rot.device)
+        if "key_mass" in rows:
+            extra["key_mass"] = torch.zeros(H, N, dtype=torch.float64, device=q_rot.device)
+        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out if v is not None else None,
+                                    lse="lse" in rows):
             sink[:, blk.i0 : blk.i1] = blk.key_column(0)
             m = maps.block_map(blk, M)
             if m is not None:
                 amap += m
             if tm is not None:
                 tm += token_match_sums(blk, tokens)
+            if "lse" in rows:
+                extra["lse"][:, blk.i0 : blk.i1] = blk.lse
+            if "entropy" in rows:
+                extra["entropy"] += entropy_sums(blk, window)
+            if "key_mass" in rows:
+                extra["key_mass"][:, : blk.i1] += key_mass_sums(blk)
             skip = min(cfg.skip, blk.i1)
             blk.probs_rev[:, :, blk.i1 - skip :] = 0.0  # drop keys 0..skip-1 from slash sums
             lag[:, : blk.i1] += lag_sums(blk.probs_rev)
-        return out, lag, sink, amap, tm
+        return out, lag, sink, amap, tm, extra
