@@ -302,11 +302,12 @@ def row_probs(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, 
               lse: Float[torch.Tensor, "head pos"], rows: torch.Tensor, scale: float, window: int | None = None,
               softcap: float | None = None) -> Float[torch.Tensor, "head n k_pos"]:
     """``[head, n, pos]`` float64: the exact rows ``A[rows, :]`` of every head from q, k and the row log-sum-exp
-    (``exp(logit - lse)``; masked keys 0). For a few rows only (MInference's last 64 queries, a corner)."""
-    H, N = q.shape[1], q.shape[0]
-    kx = expand_kv(k, H).double()  # [pos, head, d]
+    (``exp(logit - lse)``; masked keys 0). For a few rows only (MInference's last 64 queries, a corner). ``k`` may be
+    the first ``K`` keys only (``k[:K]``): the result is then ``[head, n, K]``."""
+    H = q.shape[1]
+    kx = expand_kv(k, H).double()  # [K, head, d]
     logit = torch.einsum("nhd,khd->hnk", q[rows].double(), kx) * scale
     if softcap:
         logit = softcap * torch.tanh(logit / softcap)
-    logit = logit.masked_fill(~_visible(rows, torch.arange(N, device=q.device), window), float("-inf"))
+    logit = logit.masked_fill(~_visible(rows, torch.arange(k.shape[0], device=q.device), window), float("-inf"))
     return torch.exp(logit - lse.double()[:, rows, None])
