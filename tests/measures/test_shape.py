@@ -143,3 +143,32 @@ def test_heavy_hitters_names_the_tokens(tiny_llama):
     ok = df[df.position >= 0]
     assert len(ok) and (ok.position >= SKIP).all()
     assert all(t == tiny_llama.tokenizer.decode([int(toks[p])]) for t, p in zip(ok.token, ok.position))
+
+
+@pytest.mark.parametrize("engine", ["fused-cpu", "python"])
+@pytest.mark.parametrize("window,softcap", [(None, 3.0), (7, 3.0), (None, None)])
+def test_one_layer_with_soft_cap_and_window_equals_the_pattern(tiny_llama, small_budgets, monkeypatch, engine, window, softcap):
+    """The collector on raw q/k (soft-capped logits, sliding window, GQA 4:2, 53 tokens = 6 blocks of 8 and 5): every
+    per-prompt value equals the definitions on ``attention_pattern``."""
+    from interp.attention import attention_pattern
+    from interp.engine import kernels
+    from interp.engine.collector import Collector, new_state
+
+    monkeypatch.setenv("INTERP_KERNEL", "0" if engine == "python" else "auto")
+    if engine == "fused-cpu" and not kernels.available():
+        pytest.skip("the fused kernel did not build here")
+    card, N, d = tiny_llama.card, 53, tiny_llama.card.d_head
+    cfg = ScanConfig(shape=True, block_size=8)
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(N, card.n_heads, d, generator=g) * 2, torch.randn(N, card.n_kv_heads, d, generator=g) * 2
+    col = Collector(card, cfg, new_state(card, N, cfg))
+    col.begin_prompt(0, random_tokens(N))
+    col.attend(0, q, k, k, d**-0.5, window, softcap, q, k)
+    assert col.engine == engine
+    st = col.state
+    ref = _reference(attention_pattern(q, k, d**-0.5, window, softcap), window)
+    got = {"entropy": st["shape_entropy"][0, :, 0], "entropy_norm": st["shape_entropy"][0, :, 1],
+           "vertical_top1pct": st["vertical_top1pct_sum"][0],
+           **{name: st["shape_coverage"][0, :, i] for i, name in enumerate(shape.COVERAGE)}}
+    for name, val in got.items():
+        np.testing.assert_allclose(val.numpy(), ref[name], atol=2e-5, err_msg=name)
