@@ -284,6 +284,7 @@ def probs_at(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "
     """
     H = q.shape[1]
     kx = expand_kv(k, H)
+    qi, kj = qi.to(q.device), kj.to(q.device)
     if qi.dim() == 1:
         qi, kj = qi.expand(H, -1), kj.expand(H, -1)
     h = torch.arange(H, device=q.device)[:, None]

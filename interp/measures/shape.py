@@ -101,9 +101,10 @@ def all_lag_sums(x, lse: torch.Tensor) -> torch.Tensor:
     N, skip = x.n_pos, min(x.config.skip, x.n_pos)
     lag = x.products["lag"].double().clone()
     if skip:
-        rows = torch.arange(N)
+        dev = x.q_rot.device
+        rows = torch.arange(N, device=dev)
         A = row_probs(x.q_rot, x.k_rot[:skip], lse, rows, x.scale, x.window, x.softcap)  # [head, N, skip]
-        lag_idx = (rows[:, None] - torch.arange(skip)[None, :]).clamp(min=0)  # future keys hold A = 0
+        lag_idx = (rows[:, None] - torch.arange(skip, device=dev)[None, :]).clamp(min=0)  # future keys hold A = 0
         lag.scatter_add_(1, lag_idx.reshape(1, -1).expand(A.shape[0], -1), A.reshape(A.shape[0], -1))
     return lag
 
@@ -111,12 +112,12 @@ def all_lag_sums(x, lse: torch.Tensor) -> torch.Tensor:
 def corner(x, lse: torch.Tensor, S: int, W: int) -> torch.Tensor:
     """``[head]`` float64: attention on the keys ``j < S`` that are also within the local window (``i - j < W``), from the
     ``(S + W) x S`` block of queries ``0..S+W-1`` and keys ``0..S-1`` (materialised exactly from q, k and ``lse``)."""
-    N = x.n_pos
-    rows = torch.arange(min(N, S + W))
-    A = row_probs(x.q_rot, x.k_rot[:S], lse, rows, x.scale, x.window, x.softcap) if S else None
-    if A is None:
-        return torch.zeros(x.q_rot.shape[1], dtype=torch.float64)
-    lag = rows[:, None] - torch.arange(S)[None, :]
+    N, dev = x.n_pos, x.q_rot.device
+    if not S:
+        return torch.zeros(x.q_rot.shape[1], dtype=torch.float64, device=dev)
+    rows = torch.arange(min(N, S + W), device=dev)
+    A = row_probs(x.q_rot, x.k_rot[:S], lse, rows, x.scale, x.window, x.softcap)
+    lag = rows[:, None] - torch.arange(S, device=dev)[None, :]
     return (A * (lag < W)).sum((1, 2))
 
 
@@ -133,7 +134,7 @@ def overlap(x, lse: torch.Tensor, keys: torch.Tensor, lags: torch.Tensor, chunk:
     kj = keys[:, :, None].expand(-1, -1, lags.shape[1]).reshape(H, -1)
     ok = qi < N
     qi, kj = qi.clamp(max=N - 1), kj
-    out = torch.zeros(H, dtype=torch.float64)
+    out = torch.zeros(H, dtype=torch.float64, device=keys.device)
     for c in range(0, qi.shape[1], chunk):
         p = probs_at(x.q_rot, x.k_rot, lse, qi[:, c : c + chunk], kj[:, c : c + chunk], x.scale, x.window, x.softcap)
         out += (p * ok[:, c : c + chunk]).sum(-1)
@@ -152,13 +153,13 @@ def minference_estimate(x, lse: torch.Tensor, v: int, s: int):
         ``(keys [head, v], lags [head, s], estimate [head])``: the picked columns and lags, and their coverage among
         those queries.
     """
-    N = x.n_pos
+    N, dev = x.n_pos, x.q_rot.device
     L = min(MINF_LAST_Q, N)
-    rows = torch.arange(N - L, N)
+    rows = torch.arange(N - L, N, device=dev)
     A = row_probs(x.q_rot, x.k_rot, lse, rows, x.scale, x.window, x.softcap)  # [head, L, N]
     vertical = A.sum(1)
     vertical[:, : min(MINF_FORCED, v)] = math.inf
-    lag_idx = (rows[:, None] - torch.arange(N)[None, :]).clamp(min=0)  # [L, N]; future keys hold A = 0
+    lag_idx = (rows[:, None] - torch.arange(N, device=dev)[None, :]).clamp(min=0)  # [L, N]; future keys hold A = 0
     slash = torch.zeros_like(vertical).scatter_add_(1, lag_idx.reshape(1, -1).expand(A.shape[0], -1), A.reshape(A.shape[0], -1))
     slash[:, : min(MINF_FORCED, s)] = math.inf
     keys, lags = vertical.topk(v, -1).indices, slash.topk(s, -1).indices
@@ -221,7 +222,7 @@ class Shape(Measure):
         entropy = torch.stack([ent[:, 0] / N, ent[:, 1] / max(n_multi, 1)], -1)
         rest = km[:, skip:]
         n_top = max(1, math.ceil(0.01 * rest.shape[1])) if rest.shape[1] else 0
-        top1 = rest.topk(n_top, -1).values.sum(-1) / N if n_top else torch.zeros(km.shape[0], dtype=torch.float64)
+        top1 = rest.topk(n_top, -1).values.sum(-1) / N if n_top else km.new_zeros(km.shape[0])
         lag_all = all_lag_sums(x, lse)
         b = budgets(N)
         v, s = b["vs"]
@@ -230,7 +231,7 @@ class Shape(Measure):
         picked = vs_mass(x, lse, km, lag_all, keys, lags)
         cov = torch.stack([ashape_mass(x, lse, km, lag_all, *b["ashape"]) / N, best / N, estimate, picked / N,
                            1 - ashape_mass(x, lse, km, lag_all, *b["distant"]) / N], -1)
-        return {"shape_entropy": entropy, "vertical_mass": km, "vertical_seen": seen_counts(N, x.window),
+        return {"shape_entropy": entropy, "vertical_mass": km, "vertical_seen": seen_counts(N, x.window).to(km.device),
                 "vertical_top1pct_sum": top1, "shape_coverage": cov}
 
     def compute(self, s):
