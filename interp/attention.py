@@ -312,3 +312,22 @@ def row_probs(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, 
         logit = softcap * torch.tanh(logit / softcap)
     logit = logit.masked_fill(~_visible(rows, torch.arange(k.shape[0], device=q.device), window), float("-inf"))
     return torch.exp(logit - lse.double()[:, rows, None])
+
+
+def column_probs(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
+                 lse: Float[torch.Tensor, "head pos"], keys: torch.Tensor, scale: float, window: int | None = None,
+                 softcap: float | None = None) -> Float[torch.Tensor, "head pos n"]:
+    """``[head, pos, n]`` float64: the exact columns ``A[:, keys[h]]`` of every head (``keys``: ``[head, n]`` positions,
+    per head) from q, k and the row log-sum-exp (``exp(logit - lse)``; masked entries 0). For a few columns only."""
+    N, H = q.shape[0], q.shape[1]
+    kx = expand_kv(k, H)  # [pos, head, d]
+    kc = kx[keys.to(q.device), torch.arange(H, device=q.device)[:, None]].double()  # [head, n, d]
+    logit = torch.einsum("ihd,hnd->hin", q.double(), kc) * scale
+    if softcap:
+        logit = softcap * torch.tanh(logit / softcap)
+    lag = torch.arange(N, device=q.device)[None, :, None] - keys.to(q.device)[:, None, :]  # [head, pos, n]
+    ok = lag >= 0
+    if window is not None:
+        ok &= lag < window
+    p = torch.exp(logit - lse.double()[:, :, None])
+    return torch.where(ok, p, torch.zeros_like(p))

@@ -7,7 +7,7 @@ each row sums to 1, the model's scale, soft-cap, causal and sliding-window masks
 the head's total attention ``sum_ij A[i, j] = N``, computed per prompt, then averaged over prompts. All values are
 exact (no sampling): they come from the engine's tile products ``entropy``, ``key_mass``, ``lag``, ``lse``
 (``interp.measures.PRODUCTS``) and from small exact materialisations rebuilt from ``q_rot``, ``k_rot`` and the row
-log-sum-exp (``interp.attention.probs_at`` / ``row_probs``: ``A[i, j] = exp(logit_ij - lse_i)``).
+log-sum-exp (``interp.attention.row_probs`` / ``column_probs``: ``A[i, j] = exp(logit_ij - lse_i)``).
 
 - **Entropy** (``entropy``, ``entropy_norm``): mean over queries of ``-sum_j A[i, j] log A[i, j]`` (nats), and the mean
   over the queries that see at least two keys of that divided by ``log(#visible keys)`` (1 = uniform over what the
@@ -58,7 +58,7 @@ import math
 
 import torch
 
-from interp.attention import probs_at, row_probs
+from interp.attention import column_probs, row_probs
 from interp.measures.base import Column, Entry, Measure, Option, prompt_count
 
 REF_LEN = 32768  # prompts at least this long use the published budgets unscaled
@@ -126,19 +126,15 @@ def ashape_mass(x, lse, key_mass, lag_all, S: int, W: int) -> torch.Tensor:
     return key_mass[:, :S].sum(-1) + lag_all[:, :W].sum(-1) - corner(x, lse, S, W)
 
 
-def overlap(x, lse: torch.Tensor, keys: torch.Tensor, lags: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
+def overlap(x, lse: torch.Tensor, keys: torch.Tensor, lags: torch.Tensor) -> torch.Tensor:
     """``[head]``: attention on the points that are both on a chosen column and a chosen lag: ``A[j + delta, j]`` for
-    ``j`` in ``keys [head, v]`` and ``delta`` in ``lags [head, s]`` with ``j + delta < N`` (``v x s`` points per head)."""
-    H, N = keys.shape[0], x.n_pos
-    qi = (keys[:, :, None] + lags[:, None, :]).reshape(H, -1)
-    kj = keys[:, :, None].expand(-1, -1, lags.shape[1]).reshape(H, -1)
-    ok = qi < N
-    qi, kj = qi.clamp(max=N - 1), kj
-    out = torch.zeros(H, dtype=torch.float64, device=keys.device)
-    for c in range(0, qi.shape[1], chunk):
-        p = probs_at(x.q_rot, x.k_rot, lse, qi[:, c : c + chunk], kj[:, c : c + chunk], x.scale, x.window, x.softcap)
-        out += (p * ok[:, c : c + chunk]).sum(-1)
-    return out
+    ``j`` in ``keys [head, v]`` and ``delta`` in ``lags [head, s]`` (the ``v x s`` points per head), from the chosen
+    columns ``A[:, keys]`` (``interp.attention.column_probs``, ``N x v`` per head)."""
+    N = x.n_pos
+    cols = column_probs(x.q_rot, x.k_rot, lse, keys, x.scale, x.window, x.softcap)  # [head, N, v]
+    on_lag = torch.zeros(keys.shape[0], N, dtype=torch.bool, device=keys.device).scatter_(1, lags, True)
+    lag = (torch.arange(N, device=keys.device)[None, :, None] - keys[:, None, :]).clamp(min=0)  # [head, N, v]
+    return (cols * on_lag.gather(1, lag.reshape(keys.shape[0], -1)).reshape(lag.shape)).sum((1, 2))
 
 
 def vs_mass(x, lse, key_mass, lag_all, keys, lags) -> torch.Tensor:
