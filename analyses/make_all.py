@@ -27,6 +27,7 @@ SCRIPTS = {
     "frayed_rope": HERE / "frayed_rope.py",
     "compare_zoo": HERE / "compare_zoo.py",
     "ood_ratio": HERE / "ood_ratio.py",
+    "shape_zoo": HERE / "shape_zoo.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
     "leave_one_out": HERE / "leave_one_out.py",

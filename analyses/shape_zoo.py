@@ -36,10 +36,27 @@ COLUMNS = ["entropy", "entropy_norm", "vertical_top_key", "vertical_top_key_weig
            "vs_coverage", "vs_est_coverage", "vs_picked_coverage", "vs_est_error", "distant_mass", "is_streaming", "sink_weight"]
 
 
+def otsu(values: np.ndarray, bins: int = 200) -> float:
+    """Otsu's threshold (Otsu 1979): the cut of ``values`` in [0, 1] that maximises the between-class variance of the two
+    sides, on a histogram of ``bins`` bins; a training-free split of heads into two groups."""
+    hist, edges = np.histogram(values, bins=bins, range=(0.0, 1.0))
+    p = hist / hist.sum()
+    mids = (edges[:-1] + edges[1:]) / 2
+    w0 = np.cumsum(p)
+    m0 = np.cumsum(p * mids)
+    mt = m0[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        between = (mt * w0 - m0) ** 2 / (w0 * (1 - w0))
+    between[~np.isfinite(between)] = -1
+    return float(edges[1:][np.argmax(between)])
+
+
 def summarise(model: str, heads: pd.DataFrame, seconds: float, n_prompts: int, n_tokens: int) -> dict:
-    """One summary row: quantiles of distant mass, share of heads under each candidate threshold, medians."""
+    """One summary row: quantiles of distant mass, its Otsu threshold, share of heads under each candidate threshold,
+    medians."""
     dm = heads["distant_mass"].to_numpy()
-    out = {"model": model, "prompts": n_prompts, "tokens": n_tokens, "heads": len(heads), "seconds": round(seconds, 1)}
+    out = {"model": model, "prompts": n_prompts, "tokens": n_tokens, "heads": len(heads), "seconds": round(seconds, 1),
+           "otsu_threshold": otsu(dm)}
     out.update({f"distant_q{int(q * 100):02d}": float(np.quantile(dm, q)) for q in QUANTILES})
     out.update({f"share_below_{t:g}".replace(".", ""): float((dm < t).mean()) for t in CANDIDATES})
     out["streaming_share_default"] = float((dm < STREAMING_THRESHOLD).mean())
@@ -88,6 +105,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         print(f"{name}: {seconds:.0f} s; distant mass quantiles "
               f"{[round(summary[-1][f'distant_q{int(q * 100):02d}'], 3) for q in QUANTILES]}", flush=True)
     df = pd.concat(rows, ignore_index=True)
+    if len(summary) > 1:  # the zoo pooled: every head of every model once
+        summary.append(summarise("zoo (pooled)", df, sum(r["seconds"] for r in summary), args.prompts, args.tokens))
     df.to_csv(args.out / "shape_zoo.csv", index=False, float_format="%.6g")
     pd.DataFrame(summary).to_csv(args.out / "shape_zoo_summary.csv", index=False, float_format="%.4g")
     save_figure(figure(df), args.out, "shape_zoo")
