@@ -21,7 +21,7 @@ log-sum-exp (``interp.attention.row_probs`` / ``column_probs``: ``A[i, j] = exp(
   seen by a handful only, whose means are noise), and
   ``vertical_top_key_weight`` that mean. ``vertical_top1pct``: per prompt, the share of attention on the
   ``ceil(1% of (N - skip))`` keys other than the sinks that receive the most (largest ``m_j``). Which tokens the
-  heavy hitters are: ``heavy_hitters(model, prompt)`` scans one prompt and names each head's top keys' tokens.
+  heavy hitters are: ``heavy_hitters(scan_of_one_prompt, tokens, tokenizer)`` names each head's top keys' tokens.
 - **A-shape coverage** (StreamingLLM, Xiao et al. 2024: sink + local window; MInference, Jiang et al. 2024,
   ``stream_llm`` pattern): the share of attention on ``{j < S} | {i - j < W}``, exact:
   ``sum_{j<S} m_j + sum_{delta<W} lag_delta - corner`` with ``lag_delta = sum_i A[i, i - delta]`` (every key) and
@@ -272,25 +272,27 @@ def top_keys(s, k: int = 5, min_queries: int = VERTICAL_MIN_QUERIES):
     return pos, w
 
 
-def heavy_hitters(model, prompt, k: int = 5, block_size: int = 32, min_queries: int = VERTICAL_MIN_QUERIES):
-    """Which tokens each head's heavy hitters are: scan one prompt with ``shape=True`` and name each head's top ``k`` keys
-    other than the sinks (``top_keys``) with their token text.
+def heavy_hitters(result, tokens: torch.Tensor, tokenizer, k: int = 5, min_queries: int = VERTICAL_MIN_QUERIES):
+    """Which tokens each head's heavy hitters are: on a scan of *one* prompt with ``shape=True`` (positions are then that
+    prompt's tokens), each head's top ``k`` keys other than the sinks (``top_keys``) with their token text.
+
+    Example: ``heavy_hitters(interp.scan(model, [toks], ScanConfig(shape=True)), toks, model.tokenizer)``.
 
     Args:
-        model: a loaded model (``interp.load_model``); prompt: text or ``[pos]`` token ids.
+        result: the scan (``ScanResult``); tokens: the prompt's ``[pos]`` token ids; tokenizer: decodes one id.
 
     Returns:
         DataFrame with ``layer, head, rank, position, token, weight`` (``weight``: mean attention the key receives from
         the queries that see it), ``k`` rows per head, for the report and the atlas.
+
+    Raises:
+        ValueError: the scan summed more than one prompt (positions would mix tokens of different prompts).
     """
     import pandas as pd
 
-    from interp.engine import ScanConfig, scan
-    from interp.hooks.capture import as_tokens
-
-    toks = as_tokens(model, prompt)
-    res = scan(model, [toks], ScanConfig(shape=True, block_size=block_size))
-    pos, w = top_keys(res, k, min_queries)
+    if float(prompt_count(result)) != 1:
+        raise ValueError(f"heavy_hitters needs a scan of one prompt; this one summed {int(prompt_count(result))}")
+    pos, w = top_keys(result, k, min_queries)
     L, H, _ = pos.shape
     rows = []
     for layer in range(L):
@@ -298,6 +300,6 @@ def heavy_hitters(model, prompt, k: int = 5, block_size: int = 32, min_queries: 
             for r in range(k):
                 p = int(pos[layer, head, r])
                 rows.append({"layer": layer, "head": head, "rank": r, "position": p,
-                             "token": model.tokenizer.decode([int(toks[p])]) if p >= 0 else "",
+                             "token": tokenizer.decode([int(tokens[p])]) if p >= 0 else "",
                              "weight": float(w[layer, head, r])})
     return pd.DataFrame(rows)

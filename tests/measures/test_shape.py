@@ -137,12 +137,15 @@ def test_budgets_scale_for_short_prompts_and_apply_as_published_on_long_ones():
 
 def test_heavy_hitters_names_the_tokens(tiny_llama):
     toks = random_tokens(70, seed=3)
-    df = shape.heavy_hitters(tiny_llama, toks, k=2)
+    res = scan(tiny_llama, [toks], ScanConfig(shape=True))
+    df = shape.heavy_hitters(res, toks, tiny_llama.tokenizer, k=2)
     card = tiny_llama.card
     assert len(df) == card.n_layers * card.n_heads * 2
     ok = df[df.position >= 0]
     assert len(ok) and (ok.position >= SKIP).all()
     assert all(t == tiny_llama.tokenizer.decode([int(toks[p])]) for t, p in zip(ok.token, ok.position))
+    with pytest.raises(ValueError, match="one prompt"):
+        shape.heavy_hitters(scan(tiny_llama, [toks, toks], ScanConfig(shape=True)), toks, tiny_llama.tokenizer)
 
 
 @pytest.mark.parametrize("engine", ["fused-cpu", "python"])
