@@ -95,7 +95,7 @@ def test_shape_scores_equal_materialised_patterns(tiny, small_budgets, monkeypat
     for col, val in want.items():
         np.testing.assert_allclose(h[col].to_numpy(), val.reshape(-1), atol=2e-5, err_msg=f"{engine} {col}")
     np.testing.assert_allclose(h["vs_est_error"], h["vs_est_coverage"] - h["vs_picked_coverage"], atol=1e-12)
-    assert (h["is_streaming"] == (h["distant_mass"] < 0.5)).all()
+    assert (h["is_streaming"] == (h["distant_mass"] < shape.STREAMING_THRESHOLD)).all()
     assert 0.05 < h["distant_mass"].mean() < 0.95  # the budgets leave real mass on both sides
 
 
