@@ -29,6 +29,7 @@ SCRIPTS = {
     "ood_ratio": HERE / "ood_ratio.py",
     "massive_values": HERE / "massive_values.py",
     "retrieval_heads": HERE / "retrieval_heads.py",
+    "shape_zoo": HERE / "shape_zoo.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
     "leave_one_out": HERE / "leave_one_out.py",

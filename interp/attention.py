@@ -100,11 +100,14 @@ class Block:
     Attributes:
         i0, i1: the block's queries are positions ``i0..i1-1`` (``B = i1 - i0``); keys are ``0..i1-1``.
         probs_rev: ``[head, B, i1]`` probabilities with keys reversed: column m is key ``i1 - 1 - m``.
+        lse: ``[head, B]`` row log-sum-exp of the scaled, soft-capped, masked logits (``attention_blocks(lse=True)``),
+            so that ``A[i, j] = exp(logit_ij - lse_i)``; None when not asked for.
     """
 
     i0: int
     i1: int
     probs_rev: torch.Tensor
+    lse: torch.Tensor | None = None
 
     def key_column(self, j: int) -> torch.Tensor:
         """``[head, B]`` attention of each query in the block to key ``j``."""
@@ -148,6 +151,7 @@ def attention_blocks(
     block_size: int = 32,
     v: Float[torch.Tensor, "pos kv_head d_head"] | None = None,
     out: Float[torch.Tensor, "pos head d_head"] | None = None,
+    lse: bool = False,
 ) -> Iterator[Block]:
     """Yield exact attention one query block at a time, all heads at once.
 
@@ -155,7 +159,8 @@ def attention_blocks(
     exact, not online estimates. If ``v`` and ``out`` are given, the attention output ``P @ V`` of
     each block is written into ``out[i0:i1]`` (the same probabilities serve the model's forward and
     the statistics). Memory: one ``head * block_size * pos`` buffer, reused by every block, so a
-    yielded ``Block.probs_rev`` is valid only until the next block is produced.
+    yielded ``Block.probs_rev`` is valid only until the next block is produced. ``lse=True`` also gives each
+    block's row log-sum-exp (``Block.lse``, one more pass over the logits).
     """
     check_qk(q, k)
     N, H, D = q.shape
@@ -168,11 +173,13 @@ def attention_blocks(
     for i0 in range(0, N, block_size):
         i1 = min(N, i0 + block_size)
         B = i1 - i0
-        p = _softmax_(_block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap, buf))
+        s = _block_logits(q, k_rev, n_kv, i0, i1, scale, window, softcap, buf)
+        row_lse = torch.logsumexp(s, dim=-1) if lse else None
+        p = _softmax_(s)
         if v_rev is not None and out is not None:
             o = torch.matmul(p.view(n_kv, g * B, i1), v_rev[:, N - i1 :])  # [kv, g*B, d]
             out[i0:i1] = o.view(n_kv, g, B, D).reshape(H, B, D).permute(1, 0, 2)
-        yield Block(i0, i1, p)
+        yield Block(i0, i1, p, row_lse)
 
 
 def key_weight(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"], scale: float,
@@ -244,3 +251,83 @@ def token_match_sums(block: Block, tokens: torch.Tensor) -> Float[torch.Tensor, 
     ``token_match_masks`` marks (``sum_i sum_j A[i, j] D[i, j]``; TransformerLens' "mul" score is this over ``pos``)."""
     m = token_match_masks(tokens.to(block.probs_rev.device), block.i0, block.i1).to(block.probs_rev.dtype)
     return torch.einsum("hbk,tbk->ht", block.probs_rev, m).double()
+
+
+def visible_counts(i0: int, i1: int, window: int | None, device=None) -> torch.Tensor:
+    """``[B]`` number of keys each query ``i0..i1-1`` sees: ``i + 1``, or ``min(i + 1, window)`` with a sliding window."""
+    n = torch.arange(i0 + 1, i1 + 1, device=device)
+    return n.clamp(max=window) if window is not None else n
+
+
+def entropy_sums(block: Block, window: int | None) -> Float[torch.Tensor, "head 2"]:
+    """``[head, 2]`` float64 over the block's queries: sum of the row entropy ``-sum_j A log A`` (nats, ``0 log 0 = 0``)
+    and sum of the entropy over ``log(#visible keys)`` (rows with one visible key add 0)."""
+    ent = torch.special.entr(block.probs_rev).sum(-1).double()  # [head, B]
+    n = visible_counts(block.i0, block.i1, window, ent.device).double()
+    norm = torch.where(n > 1, ent / n.log().clamp(min=1e-300), torch.zeros_like(ent))
+    return torch.stack([ent.sum(-1), norm.sum(-1)], -1)
+
+
+def key_mass_sums(block: Block) -> Float[torch.Tensor, "head k_pos"]:
+    """``[head, i1]`` float64: sum over the block's queries of ``A[i, j]`` for every key ``j = 0..i1-1`` (column sums)."""
+    return block.probs_rev.sum(1).flip(-1).double()
+
+
+def probs_at(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
+             lse: Float[torch.Tensor, "head pos"], qi: torch.Tensor, kj: torch.Tensor, scale: float,
+             window: int | None = None, softcap: float | None = None) -> Float[torch.Tensor, "head n"]:
+    """``[head, n]`` float64: the exact ``A[qi, kj]`` of chosen (query, key) pairs from q, k and the row log-sum-exp
+    (``exp(logit - lse)``, the model's scale, soft-cap and masks; 0 where ``kj`` is not visible from ``qi``).
+
+    ``qi``, ``kj``: ``[n]`` positions, or ``[head, n]`` when the pairs differ per head. The logits are float64 dot
+    products of the float32 vectors, so a probability matches the tiled pass's to its float32 rounding.
+    """
+    H = q.shape[1]
+    kx = expand_kv(k, H)
+    qi, kj = qi.to(q.device), kj.to(q.device)
+    if qi.dim() == 1:
+        qi, kj = qi.expand(H, -1), kj.expand(H, -1)
+    h = torch.arange(H, device=q.device)[:, None]
+    logit = (q[qi, h].double() * kx[kj, h].double()).sum(-1) * scale  # [head, n]
+    if softcap:
+        logit = softcap * torch.tanh(logit / softcap)
+    lag = qi - kj
+    ok = lag >= 0
+    if window is not None:
+        ok &= lag < window
+    p = torch.exp(logit - lse.double().gather(1, qi))
+    return torch.where(ok, p, torch.zeros_like(p))
+
+
+def row_probs(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
+              lse: Float[torch.Tensor, "head pos"], rows: torch.Tensor, scale: float, window: int | None = None,
+              softcap: float | None = None) -> Float[torch.Tensor, "head n k_pos"]:
+    """``[head, n, pos]`` float64: the exact rows ``A[rows, :]`` of every head from q, k and the row log-sum-exp
+    (``exp(logit - lse)``; masked keys 0). For a few rows only (MInference's last 64 queries, a corner). ``k`` may be
+    the first ``K`` keys only (``k[:K]``): the result is then ``[head, n, K]``."""
+    H = q.shape[1]
+    kx = expand_kv(k, H).double()  # [K, head, d]
+    logit = torch.einsum("nhd,khd->hnk", q[rows].double(), kx) * scale
+    if softcap:
+        logit = softcap * torch.tanh(logit / softcap)
+    logit = logit.masked_fill(~_visible(rows, torch.arange(k.shape[0], device=q.device), window), float("-inf"))
+    return torch.exp(logit - lse.double()[:, rows, None])
+
+
+def column_probs(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
+                 lse: Float[torch.Tensor, "head pos"], keys: torch.Tensor, scale: float, window: int | None = None,
+                 softcap: float | None = None) -> Float[torch.Tensor, "head pos n"]:
+    """``[head, pos, n]`` float64: the exact columns ``A[:, keys[h]]`` of every head (``keys``: ``[head, n]`` positions,
+    per head) from q, k and the row log-sum-exp (``exp(logit - lse)``; masked entries 0). For a few columns only."""
+    N, H = q.shape[0], q.shape[1]
+    kx = expand_kv(k, H)  # [pos, head, d]
+    kc = kx[keys.to(q.device), torch.arange(H, device=q.device)[:, None]].double()  # [head, n, d]
+    logit = torch.einsum("ihd,hnd->hin", q.double(), kc) * scale
+    if softcap:
+        logit = softcap * torch.tanh(logit / softcap)
+    lag = torch.arange(N, device=q.device)[None, :, None] - keys.to(q.device)[:, None, :]  # [head, pos, n]
+    ok = lag >= 0
+    if window is not None:
+        ok &= lag < window
+    p = torch.exp(logit - lse.double()[:, :, None])
+    return torch.where(ok, p, torch.zeros_like(p))

@@ -23,7 +23,7 @@ import torch
 
 from interp.engine import kernels
 from interp.engine.kernels import triton_attention
-from interp.attention import attention_blocks, key_weight, lag_sums, token_match_sums
+from interp.attention import attention_blocks, entropy_sums, key_mass_sums, key_weight, lag_sums, token_match_sums
 from interp.errors import ConfigError, NumericsError
 from interp.measures import REGISTRY, Dims, Entry, LayerInput, PromptInput, State
 from interp.measures import inp as inp_measure
@@ -56,7 +56,6 @@ def use_kernel(q: torch.Tensor) -> bool:
 
 
 ENGINES = ("auto", "triton", "cpu-kernel", "python")
-TRITON_PRODUCTS = {"lag", "key0", "map", "key0_pre", "inp", "token_match", "variants"}  # what the Triton twin computes
 
 
 def check_engine(engine: str, device: str | torch.device = "cpu") -> None:
@@ -85,6 +84,9 @@ def pick_engine(engine: str, q: torch.Tensor) -> str:
     if q.is_cuda and triton_attention.available(q.device):
         return "triton"
     return "cpu-kernel" if use_kernel(q.float()) else "python"
+
+
+ROW_PRODUCTS = ("lse", "entropy", "key_mass")  # products computed from each row's normaliser and probabilities
 
 
 class Collector:
@@ -163,7 +165,8 @@ class Collector:
         """
         pre = (q_pre, k_pre) if "key0_pre" in self.needs else None
         out, products = self._attention(q_rot, k_rot, v, scale, window, softcap, pre, "inp" in self.needs,
-                                        self.tokens if "token_match" in self.needs else None, native)
+                                        self.tokens if "token_match" in self.needs else None,
+                                        frozenset(self.needs & set(ROW_PRODUCTS)), native)
         if "variants" in self.needs:
             products["variants"] = self._variants(layer, q_pre, k_pre, scale, window, softcap)
         x = LayerInput(layer, self.prompt_id, self.tokens, q_pre, k_pre, q_rot, k_rot, scale, window, softcap,
@@ -192,25 +195,28 @@ class Collector:
                 idx[-1] = slice(0, value.shape[-1])
             target.add(name, tuple(idx), value)
 
-    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None, native=None):
+    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None, rows=frozenset(), native=None):
         """Exact attention of one layer and its tile products, on the fused kernel when it applies, else in Python.
 
         Returns ``(out [pos, head, d_head] (empty when v is None), products)`` with ``lag``, ``key0`` ``[head, pos]``, ``map``
-        ``[head, M, M]``, ``key0_pre`` (``pre = (q_pre, k_pre)`` given), ``inp`` (when asked; ``interp.measures.inp.inp_sums``' dict)
-        and ``token_match`` (``tokens`` given; ``[head, 3]``, ``interp.attention.token_match_sums``).
+        ``[head, M, M]``, ``key0_pre`` (``pre = (q_pre, k_pre)`` given), ``inp`` (when asked; ``interp.measures.inp.inp_sums``' dict),
+        ``token_match`` (``tokens`` given; ``[head, 3]``, ``interp.attention.token_match_sums``) and those of ``lse``,
+        ``entropy``, ``key_mass`` named in ``rows`` (``interp.measures.PRODUCTS``).
         """
         cfg, pairing = self.cfg, self.card.pairing
         engine = pick_engine(self.requested, q)
         if engine == "triton":
-            return self._triton(q, k, v, scale, window, softcap, pre, inp, tokens, native)
+            return self._triton(q, k, v, scale, window, softcap, pre, inp, tokens, native, rows)
         if engine == "cpu-kernel" and not use_kernel(q):
             raise ConfigError("--engine cpu-kernel needs float32 CPU tensors and a C++ compiler; use --engine auto")
         if engine == "cpu-kernel":
             self.engine = "fused-cpu"
-            out, lag, sink, amap, sink_pre, inp_s, inp_a, tm = kernels.stream_layer(
+            out, lag, sink, amap, sink_pre, inp_s, inp_a, tm, lse, ent, km = kernels.stream_layer(
                 q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)),
-                inp_pairing=pairing if inp else None, tokens=tokens)
+                inp_pairing=pairing if inp else None, tokens=tokens, lse="lse" in rows, entropy="entropy" in rows,
+                key_mass="key_mass" in rows)
             products = {"lag": lag, "key0": sink, "map": amap}
+            products.update({name: t for name, t in (("lse", lse), ("entropy", ent), ("key_mass", km)) if name in rows})
             if tokens is not None:
                 products["token_match"] = tm
             if pre is not None:
@@ -220,8 +226,8 @@ class Collector:
                 products["inp"] = {"signed": inp_s, "abs": inp_a, "count": torch.full((q.shape[1],), float(n), dtype=torch.float64)}
             return out, products
         self.engine = "python"
-        out, lag, sink, amap, tm = self._blocks(q, k, v, scale, window, softcap, tokens)
-        products = {"lag": lag, "key0": sink, "map": amap}
+        out, lag, sink, amap, tm, extra = self._blocks(q, k, v, scale, window, softcap, tokens, rows)
+        products = {"lag": lag, "key0": sink, "map": amap, **extra}
         if tokens is not None:
             products["token_match"] = tm
         if pre is not None:
@@ -230,7 +236,7 @@ class Collector:
             products["inp"] = inp_measure.inp_sums(q, k, pairing, cfg.skip, window, cfg.block_size)
         return out, products
 
-    def _triton(self, q, k, v, scale, window, softcap, pre, inp, tokens, native):
+    def _triton(self, q, k, v, scale, window, softcap, pre, inp, tokens, native, rows=frozenset()):
         """The Triton twin (``interp.engine.kernels.triton_attention``): same products, same layouts, float32 out."""
         self.engine = "triton"
         if native is not None:
@@ -242,9 +248,11 @@ class Collector:
             perm = plane_channels(q.shape[-1], "interleaved").T.reshape(-1).to(q.device)
             q, k = q[..., perm], k[..., perm]
         r = triton_attention.stream_layer(q, k, v, scale, window, softcap, None if q.is_cuda else 16, self.cfg.skip,
-                                          self.cfg.map_size, q_pre, k_pre, inp=inp, tokens=tokens)
+                                          self.cfg.map_size, q_pre, k_pre, inp=inp, tokens=tokens,
+                                          entropy="entropy" in rows, key_mass="key_mass" in rows)
         out = r["out"]
         products = {"lag": r["lag"], "key0": r["key0"], "map": r["map"]}
+        products.update({name: r[name] for name in rows})
         if tokens is not None:
             products["token_match"] = r["token_match"]
         if pre is not None:
@@ -268,9 +276,10 @@ class Collector:
             out.append((p["lag"], p["key0"]))
         return out
 
-    def _blocks(self, q_rot, k_rot, v, scale, window, softcap, tokens=None):
+    def _blocks(self, q_rot, k_rot, v, scale, window, softcap, tokens=None, rows=frozenset()):
         """Python block path: ``(out [pos, head, d_head] (empty without v), lag [head, pos], key0 [head, pos], map [head, M, M],
-        token_match [head, 3] or None)``."""
+        token_match [head, 3] or None, {product: value} of the row products named in rows)``: ``lse [head, pos]`` float32,
+        ``entropy [head, 2]`` and ``key_mass [head, pos]`` float64 (``interp.measures.PRODUCTS``)."""
         cfg, H, M = self.cfg, self.card.n_heads, self.cfg.map_size
         N = q_rot.shape[0]
         out = torch.empty_like(q_rot) if v is not None else q_rot.new_empty(0, H, q_rot.shape[-1])
@@ -279,14 +288,28 @@ class Collector:
         sink = torch.zeros(H, N, dtype=q_rot.dtype, device=q_rot.device)
         amap = torch.zeros(H, M, M, dtype=torch.float64, device=q_rot.device)
         tm = torch.zeros(H, 3, dtype=torch.float64, device=q_rot.device) if tokens is not None else None
-        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out if v is not None else None):
+        extra = {}
+        if "lse" in rows:
+            extra["lse"] = torch.zeros(H, N, dtype=torch.float32, device=q_rot.device)
+        if "entropy" in rows:
+            extra["entropy"] = torch.zeros(H, 2, dtype=torch.float64, device=q_rot.device)
+        if "key_mass" in rows:
+            extra["key_mass"] = torch.zeros(H, N, dtype=torch.float64, device=q_rot.device)
+        for blk in attention_blocks(q_rot, k_rot, scale, window, softcap, cfg.block_size, v=v, out=out if v is not None else None,
+                                    lse="lse" in rows):
             sink[:, blk.i0 : blk.i1] = blk.key_column(0)
             m = maps.block_map(blk, M)
             if m is not None:
                 amap += m
             if tm is not None:
                 tm += token_match_sums(blk, tokens)
+            if "lse" in rows:
+                extra["lse"][:, blk.i0 : blk.i1] = blk.lse
+            if "entropy" in rows:
+                extra["entropy"] += entropy_sums(blk, window)
+            if "key_mass" in rows:
+                extra["key_mass"][:, : blk.i1] += key_mass_sums(blk)
             skip = min(cfg.skip, blk.i1)
             blk.probs_rev[:, :, blk.i1 - skip :] = 0.0  # drop keys 0..skip-1 from slash sums
             lag[:, : blk.i1] += lag_sums(blk.probs_rev)
-        return out, lag, sink, amap, tm
+        return out, lag, sink, amap, tm, extra

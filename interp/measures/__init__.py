@@ -14,7 +14,8 @@ key-0 norm; 004, 001), ``sinks`` (sink weight with and without RoPE, sink flag; 
 ``inp`` (optional: per-plane InP, active planes; 004 eq. 8-9), ``geometry`` (optional: cloud and sink geometry
 across length; 001), ``cone`` (mean pairwise cosines; 001 Fig. 2), ``token_match`` (optional: previous-token, duplicate-token,
 induction scores; TransformerLens ``head_detector``), ``massive`` (optional: per-channel norms of q, k, v and massive
-channels; Jin et al. 2025), ``maps`` (average attention of the first
+channels; Jin et al. 2025), ``shape`` (optional: entropy, vertical mass, A-shape and vertical-slash coverage with
+MInference's estimate, distant mass; StreamingLLM, MInference, DuoAttention), ``maps`` (average attention of the first
 positions; no columns), ``variants`` (counterfactual RoPE variants; 004 Table 5; no columns of its own).
 
 Modules outside the scan's registry (whole-capture or weight analyses): ``interp.stats.projection`` (PCA snapshot),
@@ -39,7 +40,7 @@ register = REGISTRY.register
 
 
 def _builtin() -> None:
-    from interp.measures import cone, geometry, inp, maps, massive, norms, sinks, slash, spectrum, token_match, variants
+    from interp.measures import cone, geometry, inp, maps, massive, norms, shape, sinks, slash, spectrum, token_match, variants
 
     register(slash.Slash())
     register(spectrum.Spectrum())
@@ -51,6 +52,7 @@ def _builtin() -> None:
     register(cone.Cone())
     register(token_match.TokenMatch())
     register(massive.Massive())
+    register(shape.Shape())
     register(maps.Maps())
     register(variants.Variants())
 

@@ -42,6 +42,11 @@ PRODUCTS = {
     "token_match": "[head, 3] float64: sum over queries of the attention on previous-token, duplicate-token and induction "
                    "keys (interp.attention.token_match_masks; TransformerLens head_detector patterns)",
     "variants": "list over ScanConfig.variants of (lag, key0): the same products with the variant's rotation",
+    "lse": "[head, pos] float32: row log-sum-exp lse_i of each query's scaled, soft-capped, masked logits, so that "
+           "A[i, j] = exp(logit_ij - lse_i) (interp.attention.probs_at / row_probs recompute any entry from q_rot, k_rot)",
+    "entropy": "[head, 2] float64: sum over queries of the row entropy -sum_j A[i, j] log A[i, j] (nats), and sum over "
+               "queries of that divided by log(#visible keys of i) (rows with one visible key add 0)",
+    "key_mass": "[head, pos] float64: column sums, sum over queries i of A[i, j] for every key j (all keys, no skip)",
 }
 
 

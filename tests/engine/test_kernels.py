@@ -70,7 +70,7 @@ def test_stream_layer_without_v_gives_the_same_reductions(n, block, window, seed
 @needs_kernel
 def test_stream_layer_without_counterfactual_returns_an_empty_sink_pre():
     q, k = torch.randn(20, 3, 8), torch.randn(20, 1, 8)
-    *_, sink_pre, inp_signed, inp_abs, token_match = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4)
+    *_, sink_pre, inp_signed, inp_abs, token_match = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4)[:8]
     assert sink_pre.shape == (0, 20) and inp_signed.shape == inp_abs.shape == (0, 4) and token_match.shape == (0, 3)
 
 
@@ -147,3 +147,72 @@ def test_kernel_cache_follows_xdg_cache_home_and_interp_cache_wins(monkeypatch, 
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert kernels._cache_dir() == tmp_path / "home" / ".cache" / "interp" / "kernels"
+
+
+def _row_products_reference(q, k, scale, window, softcap):
+    """``lse [head, pos]``, ``entropy [head, 2]``, ``key_mass [head, pos]`` from full patterns (float64)."""
+    from interp.attention import _grouped, _logits, _visible
+
+    N, H, _ = q.shape
+    s = _logits(_grouped(q.double(), k.shape[1]), k.double().permute(1, 2, 0), scale, softcap).reshape(H, N, N)
+    pos = torch.arange(N)
+    s = s.masked_fill(~_visible(pos, pos, window), float("-inf"))
+    A = torch.softmax(s, -1)
+    ent = torch.special.entr(A).sum(-1)
+    n = _visible(pos, pos, window).sum(-1).double()
+    norm = torch.where(n > 1, ent / n.log().clamp(min=1e-300), torch.zeros_like(ent))
+    return torch.logsumexp(s, -1), torch.stack([ent.sum(-1), norm.sum(-1)], -1), A.sum(1)
+
+
+def _python_path(q, k, scale, window, softcap, block, rows=("lse", "entropy", "key_mass")):
+    """The collector's Python block path (``Collector._blocks``) on raw tensors."""
+    from types import SimpleNamespace
+
+    from interp.engine.collector import Collector
+
+    c = Collector.__new__(Collector)
+    c.cfg = SimpleNamespace(block_size=block, skip=4, map_size=4)
+    c.card = SimpleNamespace(n_heads=q.shape[1])
+    return c._blocks(q, k, None, scale, window, softcap, None, frozenset(rows))[-1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 90),
+    kv=st.sampled_from([1, 2, 3]),
+    group=st.sampled_from([1, 2, 3]),
+    d=st.sampled_from([4, 16, 24]),
+    block=st.integers(1, 40),
+    window=st.sampled_from([None, 1, 5, 17]),
+    softcap=st.sampled_from([None, 3.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_row_products_kernel_python_path_and_patterns_agree(n, kv, group, d, block, window, softcap, seed):
+    """lse, entropy and key_mass (interp.measures.PRODUCTS): fused kernel == Python block path == materialised pattern."""
+    g = torch.Generator().manual_seed(seed)
+    H = kv * group
+    q, k = torch.randn(n, H, d, generator=g) * 3, torch.randn(n, kv, d, generator=g) * 3
+    scale = d**-0.5
+    ref = dict(zip(("lse", "entropy", "key_mass"), _row_products_reference(q, k, scale, window, softcap)))
+    engines = {"python": _python_path(q, k, scale, window, softcap, block)}
+    if kernels.available():
+        got = kernels.stream_layer(q, k, None, scale, window, softcap, block, 4, 4, lse=True, entropy=True, key_mass=True)
+        engines["fused-cpu"] = dict(zip(("lse", "entropy", "key_mass"), got[8:]))
+    for engine, prods in engines.items():
+        assert prods["lse"].dtype == torch.float32 and prods["entropy"].dtype == prods["key_mass"].dtype == torch.float64
+        for name in ("lse", "entropy", "key_mass"):
+            # float32 probabilities: 1e-5 per entry; entropy sums n rows of float32 terms
+            atol = 1e-5 * max(1.0, float(ref[name].abs().max())) if name != "lse" else 2e-5 * max(1.0, float(ref[name].abs().max()))
+            torch.testing.assert_close(prods[name].double(), ref[name], atol=atol, rtol=1e-5,
+                                       msg=lambda m, e=engine, nm=name: f"{e} {nm}: {m}")
+
+
+@needs_kernel
+def test_row_products_are_empty_unless_asked_for():
+    q, k = torch.randn(20, 4, 8), torch.randn(20, 2, 8)
+    got = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4)
+    assert len(got) == 11 and got[8].shape == (0, 20) and got[9].shape == (0, 2) and got[10].shape == (0, 20)
+    assert _python_path(q, k, 0.3, None, None, 8, rows=()) == {}
+    lean = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4, entropy=True)  # one product alone
+    assert got[8].shape == (0, 20) and lean[9].shape == (4, 2) and lean[10].shape == (0, 20)
+    torch.testing.assert_close(lean[1], got[1])  # the other reductions do not change

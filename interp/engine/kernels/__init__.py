@@ -114,7 +114,8 @@ def available() -> bool:
 
 
 def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | None, block: int, skip: int, map_size: int,
-                 q_pre=None, k_pre=None, inp_pairing: str | None = None, tokens=None):
+                 q_pre=None, k_pre=None, inp_pairing: str | None = None, tokens=None, lse: bool = False, entropy: bool = False,
+                 key_mass: bool = False):
     """One layer's exact attention and reductions; call only when ``available()``.
 
     Args:
@@ -127,6 +128,8 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
             product ``q_rot_i^(l) . k_rot_j^(l)`` (InP, paper 004 eq. 8-9) and its absolute value over the visible
             pairs with ``j >= skip``; None skips it.
         tokens: ``[pos]`` token ids to also return the token-match sums (``interp.attention.token_match_masks``), or None.
+        lse, entropy, key_mass: also return the row log-sum-exp, the entropy sums and the column sums
+            (``interp.measures.PRODUCTS``; each is ``[0, ...]`` when off).
 
     Raises:
         ShapeError: shapes that do not fit the layouts above (``head % kv_head == 0``, equal pos and d_head).
@@ -137,7 +140,10 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
         >= skip), sink [head, pos] (A[i, 0]), map [head, M, M] float64 (A[:M, :M]), sink_pre [head, pos] or
         [0, pos], inp_signed [head, freq], inp_abs [head, freq] float64 (``[0, freq]`` without inp_pairing), token_match
         [head, 3] float64 (sum over queries of the attention on previous / duplicate / induction keys; ``[0, 3]`` without
-        tokens))``.
+        tokens), lse [head, pos] float32 (row log-sum-exp of the scaled, soft-capped, masked logits), entropy [head, 2] float64
+        (sum over queries of -sum_j A log A in nats, and of that over log(#visible keys), rows with one key adding 0),
+        key_mass [head, pos] float64 (sum over queries of A[i, j] for every key j))``; the last three are ``[0, pos]``,
+        ``[0, 2]``, ``[0, pos]`` when not asked for.
     """
     check_qk(q, k)
     if (v is not None and v.shape != k.shape) or (q_pre is None) != (k_pre is None) or (q_pre is not None and (q_pre.shape != q.shape or k_pre.shape != k.shape)):
@@ -151,4 +157,5 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     t = lambda x: None if x is None else x.transpose(0, 1)  # noqa: E731  the kernel reads each head's rows contiguously
     return torch.ops.interp_kernels.stream_layer(t(q), t(k), t(v), float(scale), int(window or 0), float(softcap or 0.0),
                                                  int(block), int(skip), int(map_size), t(q_pre), t(k_pre), inp_pairing is not None,
-                                                 None if tokens is None else tokens.to("cpu", torch.long))
+                                                 None if tokens is None else tokens.to("cpu", torch.long), bool(lse), bool(entropy),
+                                                 bool(key_mass))

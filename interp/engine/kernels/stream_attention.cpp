@@ -6,7 +6,8 @@
 // the probabilities then give the layer output P @ V and are reduced, while the tile is still in
 // cache, into per-lag sums (slash scores), the weight on key 0 (sinks) and the map of the first
 // positions. Optionally the pre-RoPE counterfactual weight on key 0 is computed from q_pre / k_pre, the per-plane
-// InP sums, and, given the prompt's token ids, the token-match sums of TransformerLens' head detector.
+// InP sums, and, given the prompt's token ids, the token-match sums of TransformerLens' head detector; on request the
+// row log-sum-exp, the row entropy sums and the per-key column sums (the measures' products lse, entropy, key_mass).
 // Without v the pass computes only the reductions (the scan's counterfactual RoPE variants).
 //
 // Why a kernel: in Python each block is a chain of separate ATen calls whose [head, block, pos]
@@ -84,6 +85,36 @@ inline float row_exp(float* x, int64_t lo, int64_t hi, float mx) {
   return sum;
 }
 
+// As row_exp<true>, and also returns in *sxe the sum of e * (x - mx) (for the row entropy log S - sxe / S).
+inline float row_exp_ent(float* x, int64_t lo, int64_t hi, float mx, float* sxe) {
+  const Vec vmx(mx);
+  Vec acc(0.f), acc_xe(0.f);
+  int64_t m = lo;
+  for (; m + W <= hi; m += W) {
+    const Vec d = Vec::loadu(x + m) - vmx;
+    const Vec e = d.exp_u20();
+    e.store(x + m);
+    acc = acc + e;
+    acc_xe = at::vec::fmadd(e, d, acc_xe);
+  }
+  float tmp[W], txe[W];
+  acc.store(tmp);
+  acc_xe.store(txe);
+  float sum = 0.f, xe = 0.f;
+  for (int64_t i = 0; i < W; ++i) {
+    sum += tmp[i];
+    xe += txe[i];
+  }
+  for (; m < hi; ++m) {
+    const float d = x[m] - mx, e = std::exp(d);
+    x[m] = e;
+    sum += e;
+    xe += e * d;
+  }
+  *sxe = xe;
+  return sum;
+}
+
 // Visible reversed columns [lo, hi) of block row r: future keys come first, keys beyond the window last.
 inline void row_range(int64_t r, int64_t B, int64_t C, int64_t window, int64_t& lo, int64_t& hi) {
   lo = B - 1 - r;
@@ -152,7 +183,7 @@ inline int64_t visible_columns(int64_t i0, int64_t i1, int64_t window) {
 std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c10::optional<Tensor>& v_in, double scale,
                                  int64_t window, double softcap, int64_t block, int64_t skip, int64_t map_size,
                                  const c10::optional<Tensor>& q_pre_in, const c10::optional<Tensor>& k_pre_in, bool inp,
-                                 const c10::optional<Tensor>& tokens_in) {
+                                 const c10::optional<Tensor>& tokens_in, bool want_lse, bool want_entropy, bool want_key_mass) {
   // every check happens here: nothing may throw inside the OpenMP region
   // without v the call is statistics-only (counterfactual passes): no P @ V, an empty output
   const bool has_v = v_in.has_value();
@@ -199,7 +230,7 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
   // per-plane inner products (InP, paper 004 eq. 8-9) of visible pairs with keys >= skip; planes are (l, l + D/2)
   const int64_t F = D / 2;
   TORCH_CHECK(!inp || D % 2 == 0, "InP sums need an even d_head");
-  std::vector<Tensor> qbufs, sbufs, obufs, lags, invs, inp_s, inp_a, tms;
+  std::vector<Tensor> qbufs, sbufs, obufs, lags, invs, inp_s, inp_a, tms, ents, kms;
   for (int i = 0; i < n_threads; ++i) {
     qbufs.push_back(at::empty({R * D}, f32));
     sbufs.push_back(at::empty({R * N}, f32));
@@ -209,7 +240,12 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
     inp_s.push_back(at::zeros({inp ? H : 0, F}, f64));
     inp_a.push_back(at::zeros({inp ? H : 0, F}, f64));
     tms.push_back(at::zeros({tm ? H : 0, 3}, f64));
+    ents.push_back(at::zeros({want_entropy ? H : 0, 2}, f64));
+    kms.push_back(at::zeros({want_key_mass ? H : 0, N}, f64));
   }
+  // row log-sum-exp: each row is written by exactly one item, so one shared tensor
+  Tensor lse = at::zeros({want_lse ? H : 0, N}, f32);
+  float* lsep = want_lse ? lse.data_ptr<float>() : nullptr;
   const int64_t* tok = tm ? tokens.data_ptr<int64_t>() : nullptr;
   // items ordered by decreasing cost (late blocks see more keys) so dynamic scheduling balances
   const int64_t n_items = n_blocks * KV;
@@ -233,11 +269,25 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
     float* lag = lags[tid].data_ptr<float>();
     float* inv = invs[tid].data_ptr<float>();
     tile_logits(qp, kp, qbuf, s, N, D, g, G, i0, i1, C, scale, softcap);
+    double* ent = want_entropy ? ents[tid].data_ptr<double>() : nullptr;
     for (int64_t row = 0; row < G * B; ++row) {  // unnormalised probabilities, zero where masked; 1/row sum
       int64_t lo, hi;
       row_range(row % B, B, C, window, lo, hi);
       float* x = s + row * C;
-      inv[row] = 1.f / row_exp<true>(x, lo, hi, row_max(x, lo, hi));
+      const float mx = row_max(x, lo, hi);
+      float sum, sxe = 0.f;
+      if (want_entropy) {
+        sum = row_exp_ent(x, lo, hi, mx, &sxe);
+        // H = -sum_m p_m log p_m with p_m = e_m / S, log p_m = (x_m - mx) - log S: H = log S - sum_m e_m (x_m - mx) / S
+        const double hrow = std::log(static_cast<double>(sum)) - static_cast<double>(sxe) / sum;
+        const int64_t h = g * G + row / B, n_vis = hi - lo;
+        ent[h * 2] += hrow;
+        if (n_vis > 1) ent[h * 2 + 1] += hrow / std::log(static_cast<double>(n_vis));
+      } else {
+        sum = row_exp<true>(x, lo, hi, mx);
+      }
+      inv[row] = 1.f / sum;
+      if (want_lse) lsep[(g * G + row / B) * N + i0 + row % B] = mx + std::log(sum);
       std::fill(x, x + lo, 0.f);
       std::fill(x + hi, x + C, 0.f);
     }
@@ -263,6 +313,10 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
         float* dst = lag_h - first;  // lag of column m is m - first
         for (int64_t m = first; m < last_slash; ++m) dst[m] += x[m] * w;
         sinkp[h * N + i0 + r] = i1 - 1 < C ? x[i1 - 1] * w : 0.f;  // zeroed already if outside the window
+        if (want_key_mass) {  // column m is key i1 - 1 - m; masked columns hold 0
+          double* km = kms[tid].data_ptr<double>() + h * N + i1 - 1;
+          for (int64_t m = first; m < C; ++m) km[-m] += x[m] * w;
+        }
         if (inp) {
           int64_t lo, hi;
           row_range(r, B, C, window, lo, hi);
@@ -311,7 +365,11 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
   }
   Tensor token_match = at::zeros({tm ? H : 0, 3}, f64);
   for (auto& t : tms) token_match.add_(t);
-  return {out, lag, sink, map, sink_pre, inp_signed, inp_abs, token_match};
+  Tensor entropy = at::zeros({want_entropy ? H : 0, 2}, f64);
+  for (auto& e : ents) entropy.add_(e);
+  Tensor key_mass = at::zeros({want_key_mass ? H : 0, N}, f64);
+  for (auto& km : kms) key_mass.add_(km);
+  return {out, lag, sink, map, sink_pre, inp_signed, inp_abs, token_match, lse, entropy, key_mass};
 }
 
 }  // namespace
@@ -319,6 +377,7 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
 TORCH_LIBRARY(interp_kernels, m) {
   m.def(
       "stream_layer(Tensor q, Tensor k, Tensor? v, float scale, int window, float softcap, int block, int skip, "
-      "int map_size, Tensor? q_pre, Tensor? k_pre, bool inp=False, Tensor? tokens=None) -> Tensor[]");
+      "int map_size, Tensor? q_pre, Tensor? k_pre, bool inp=False, Tensor? tokens=None, bool lse=False, bool entropy=False, "
+      "bool key_mass=False) -> Tensor[]");
   m.impl("stream_layer", c10::DispatchKey::CPU, &stream_layer);
 }
