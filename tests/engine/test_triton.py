@@ -104,7 +104,7 @@ def test_a_bad_tile_is_refused():
 @pytest.mark.parametrize("name, cfg", [
     ("tiny-llama", ScanConfig(inp=True, token_match=True)),  # GQA, every product but variants
     ("tiny-gemma2", ScanConfig(token_match=True)),  # soft-cap, sliding window on alternate layers
-    ("tiny-gemma3", ScanConfig()),  # MQA, QK-norm, sliding window
+    ("tiny-gemma3", ScanConfig(shape=True)),  # MQA, QK-norm, sliding window; lse, entropy and key_mass products
     ("tiny-cohere", ScanConfig(inp=True, variants=(parse_variant("p-rope:0.5"),))),  # interleaved pairing (InP channels permuted), variants
 ])
 def test_scan_on_triton_equals_the_cpu_kernel(name, cfg):
