@@ -40,7 +40,8 @@ SCRIPTS = {
 OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
               "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",
-              "startup": HERE / "benchmarks" / "startup.py"}
+              "startup": HERE / "benchmarks" / "startup.py",
+              "gpu_scan": HERE / "benchmarks" / "gpu_scan.py"}  # full mode needs a CUDA GPU (skips, saying so, without one)
 
 
 def scripts(benchmarks: bool = False) -> dict[str, Path]:

@@ -141,10 +141,12 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--models", nargs="*", default=["llama-3.1-8b", "qwen2.5-7b", "gemma-3-4b"])
     ap.add_argument("--lengths", nargs="*", type=int, default=[4096, 16384, 32768])
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "figures" / "gpu_scan.csv")
+    ap.add_argument("--out", type=Path, default=ROOT / "figures" / "gpu_scan.csv", help="the CSV, or a folder for gpu_scan.csv")
     ap.add_argument("--profile", action="store_true", help="also print the top CUDA kernels of one scan of the first model "
                     "at the longest length (torch.profiler)")
     a = ap.parse_args(argv)
+    if a.out.is_dir() or not a.out.suffix:
+        a.out = a.out / "gpu_scan.csv"
     rows = []
     if a.quick:
         m = build("quick", "cpu", torch.float32, quick=True)
@@ -152,7 +154,8 @@ def main(argv=None) -> pd.DataFrame:
         gpu = "none (quick mode, CPU)"
     else:
         if not torch.cuda.is_available():
-            sys.exit("gpu_scan.py needs a CUDA GPU (run with --quick to check the script on a CPU)")
+            print("gpu_scan.py needs a CUDA GPU (run with --quick to check the script on a CPU); nothing measured", file=sys.stderr)
+            return pd.DataFrame()
         gpu = torch.cuda.get_device_name()
         for name in a.models:
             m = build(name, "cuda", torch.bfloat16)
@@ -185,4 +188,4 @@ def main(argv=None) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(2 if main().empty else 0)

@@ -25,6 +25,11 @@ from interp.report import html as html_kit
 from interp.engine import ScanResult
 
 BOX_COLUMNS = REGISTRY.compare_columns()  # the measures' columns marked compare=True (interp.measures)
+
+
+def box_columns(table: pd.DataFrame) -> list[str]:
+    """The ``compare`` columns the scans have (optional measures' columns only where they were switched on)."""
+    return [c for c in BOX_COLUMNS if c in table and table[c].notna().any()]
 TOP_COLUMNS = ["model", "layer", "head", "slash_delta", "slash_score", "r1_q", "r1_k", "sink_weight"]
 
 
@@ -55,7 +60,7 @@ def summary(table: pd.DataFrame, lags: Sequence[int] = (0, 1, 2, 3, 4)) -> pd.Da
     for d in lags:
         out[f"sdh_lag{d}"] = table[table["is_sdh"] & (table["slash_delta"] == d)].groupby("model", sort=False).size()
     out["sink_rate"] = g["has_sink"].mean()  # heads whose importance of token 0, averaged over prompts, > sink_eps
-    for c in BOX_COLUMNS:
+    for c in box_columns(table):
         out[f"median_{c}"] = g[c].median()
     out = out.fillna(0)
     if "sink_prompt_frac" in table:  # Gu et al.'s rate: thresholded per prompt, then averaged (NaN for older scans)
@@ -78,8 +83,9 @@ def sdh_lag_figure(s: pd.DataFrame, lags: Sequence[int] = (0, 1, 2, 3, 4)) -> go
     return fig
 
 
-def box_figure(table: pd.DataFrame, columns: Sequence[str] = BOX_COLUMNS) -> go.Figure:
-    """One box plot per measurement, one box per model (points: heads)."""
+def box_figure(table: pd.DataFrame, columns: Sequence[str] | None = None) -> go.Figure:
+    """One box plot per measurement (default: ``box_columns(table)``), one box per model (points: heads)."""
+    columns = box_columns(table) if columns is None else list(columns)
     fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns))
     models = list(dict.fromkeys(table["model"]))
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
