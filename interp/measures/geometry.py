@@ -48,31 +48,68 @@ def sample_positions(n_pos: int, n_points: int, seed: int) -> torch.Tensor:
     return torch.randperm(n_pos, generator=g)[:m].sort().values
 
 
-def _distances(x: torch.Tensor, y: torch.Tensor, same: bool = False) -> torch.Tensor:
-    """``[batch, m, n]`` Euclidean distances between the rows of ``x [batch, m, d]`` and ``y [batch, n, d]`` (float64).
+# pairs whose squared distance from the float32 expansion is below NEAR * (||x_i||^2 + ||y_j||^2) (centred coordinates)
+# are recomputed in float64 as ||x_i - y_j||^2: there the expansion loses digits to cancellation (identical tokens
+# give identical layer-0 queries), elsewhere its relative error is below ~1e-6 / NEAR
+NEAR = 1e-2
 
-    The expansion ``||x||^2 - 2 x.y + ||y||^2`` clipped at 0, as scikit-learn's ``euclidean_distances`` computes
-    it (so the scores equal scikit-learn's to rounding); with ``same`` (``x is y``) the diagonal is exactly 0.
+
+class _Cloud:
+    """Points ``x [batch, m, d]`` (float64, centred by the caller) with the float32 factors of the distance expansion:
+    ``(X @ Y^T)_ij = ||x_i||^2 + ||x_j||^2 - 2 x_i . x_j`` for ``X = [x, ||x||^2, 1]``, ``Y = [-2 x, 1, ||x||^2]``, so one
+    matrix product gives the squared distances."""
+
+    def __init__(self, x: torch.Tensor, parts=None):
+        self.x = x
+        if parts is None:
+            n2 = (x * x).sum(-1, keepdim=True).float()
+            x32, one = x.float(), torch.ones_like(n2)
+            parts = (torch.cat([x32, n2, one], -1), torch.cat([x32.mul_(-2.0), one, n2], -1), n2[..., 0])
+        self.X, self.Y, self.n2 = parts
+
+    def __getitem__(self, s: slice) -> "_Cloud":
+        return _Cloud(self.x[:, s], (self.X[:, s], self.Y[:, s], self.n2[:, s]))
+
+    def __len__(self) -> int:
+        return self.x.shape[1]
+
+
+def _distances(a: _Cloud, b: _Cloud, same: bool = False) -> torch.Tensor:
+    """``[batch, m, n]`` float32 Euclidean distances between the points of ``a`` and ``b`` (``same``: ``a is b``, zero diagonal).
+
+    One float32 product for the squared distances (clipped at 0, as scikit-learn's ``euclidean_distances``); the
+    few pairs with ``d^2 < NEAR (||x_i||^2 + ||y_j||^2)`` are recomputed in float64 from the differences. A batch
+    whose smallest ``d^2`` is at least ``NEAR`` times its two largest squared norms has none and is not searched.
     """
-    xx, yy = (x * x).sum(-1), (y * y).sum(-1)
-    d2 = torch.baddbmm(xx[:, :, None] + yy[:, None, :], x, y.transpose(1, 2), alpha=-2.0).clamp_(min=0)
+    d2 = torch.bmm(a.X, b.Y.transpose(1, 2))
+    if same:
+        d2.diagonal(dim1=1, dim2=2).fill_(float("inf"))
+    low = d2.amin((1, 2))
+    for bi in (low < NEAR * (a.n2.amax(-1) + b.n2.amax(-1))).nonzero()[:, 0].tolist():  # batches that may hold a near pair
+        blk = d2[bi]
+        near = torch.sub(blk, a.n2[bi, :, None], alpha=NEAR).sub_(b.n2[bi, None, :], alpha=NEAR) < 0
+        i, j = near.nonzero(as_tuple=True)
+        if len(i):
+            blk[i, j] = (a.x[bi, i] - b.x[bi, j]).square_().sum(-1).float()
     if same:
         d2.diagonal(dim1=1, dim2=2).zero_()
+    if bool((low < 0).any()):
+        d2.clamp_(min=0)
     return d2.sqrt_()
 
 
-def _self_distance_sums(x: torch.Tensor, leaf: int = 128) -> torch.Tensor:
-    """``[batch, m]``: ``sum_j ||x_i - x_j||`` for the rows of ``x [batch, m, d]``.
+def _self_distance_sums(c: _Cloud, leaf: int = 256) -> torch.Tensor:
+    """``[batch, m]`` float64: ``sum_j ||x_i - x_j||`` over the points of ``c``.
 
     Splits the points in halves and computes the cross block once for both halves (the distance matrix is
     symmetric), so about half the work of the full ``m x m`` matrix.
     """
-    m = x.shape[1]
+    m = len(c)
     if m <= leaf:
-        return _distances(x, x, True).sum(-1)
-    a, b = x[:, : m // 2], x[:, m // 2 :]
+        return _distances(c, c, True).sum(-1).double()
+    a, b = c[: m // 2], c[m // 2 :]
     ab = _distances(a, b)
-    return torch.cat([_self_distance_sums(a, leaf) + ab.sum(-1), _self_distance_sums(b, leaf) + ab.sum(-2)], 1)
+    return torch.cat([_self_distance_sums(a, leaf) + ab.sum(-1).double(), _self_distance_sums(b, leaf) + ab.sum(-2).double()], 1)
 
 
 def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
@@ -84,10 +121,15 @@ def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Ten
     point i to the other points of its cluster and ``b_i`` the mean distance to the other cluster,
     ``silhouette = mean_i (b_i - a_i) / max(a_i, b_i)`` over the 2m points; with ``S_c`` the mean distance of cluster
     c's points to its centroid ``c``, ``Davies-Bouldin = (S_q + S_k) / ||c_q - c_k||`` (0 when both spreads or the
-    centroid distance vanish, as scikit-learn). The key-key distances of a kv head are computed once for its whole
-    query group, and each symmetric within-cluster matrix only half (``_self_distance_sums``). Equal to
-    scikit-learn to rounding (``tests/stats/test_geometry.py``), without its per-call overhead. NaN when fewer
-    than 2 positions.
+    centroid distance vanish, as scikit-learn). NaN when fewer than 2 positions.
+
+    Precision and cost: the pairwise distances of the silhouette come from one float32 matrix product per block, on
+    coordinates centred in float64 (each cluster on its centroid, the q-k pairs on the midpoint of the two centroids),
+    with near pairs recomputed in float64 (``NEAR``); their sums and everything else are float64. The silhouette equals
+    scikit-learn's (float64) within 1e-6 and Davies-Bouldin to float64 rounding (``tests/measures/test_geometry.py``,
+    on random clouds and on SmolLM2's queries and keys; ``analyses/benchmarks/sweep_cost.py --check``), at about a
+    third of the float64 cost. The key-key distances of a kv head are computed once for its whole query group, and
+    each symmetric within-cluster matrix only half (``_self_distance_sums``).
 
     Raises:
         ShapeError: q/k layouts do not match (``interp.attention.check_qk``).
@@ -98,17 +140,18 @@ def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Ten
     out = torch.full((2, H), torch.nan, dtype=torch.float64)
     if m < 2:
         return out
-    qs = q[positions.to(q.device)].double().transpose(0, 1).contiguous()  # [head, m, d]
-    ks = k[positions.to(k.device)].double().transpose(0, 1).contiguous()  # [kv_head, m, d]
-    kv = ks.shape[0]
-    d_qk = _distances(qs.view(kv, g * m, -1), ks).view(H, m, m)  # a kv head against its query heads in one product
-    a = torch.cat([_self_distance_sums(qs), _self_distance_sums(ks).repeat_interleave(g, dim=0)], 1) / (m - 1)
-    b = torch.cat([d_qk.sum(-1), d_qk.sum(-2)], 1) / m
+    qs = q[positions.to(q.device)].double().transpose(0, 1)  # [head, m, d]
+    ks = k[positions.to(k.device)].double().transpose(0, 1)  # [kv_head, m, d]
+    c_q, c_k = qs.mean(1, keepdim=True), ks.mean(1, keepdim=True)  # [head | kv_head, 1, d] centroids
+    kg, c_kg = ks.repeat_interleave(g, dim=0), c_k.repeat_interleave(g, dim=0)  # the kv head each query head reads
+    xq, xk = qs - c_q, ks - c_k
+    a = torch.cat([_self_distance_sums(_Cloud(xq)), _self_distance_sums(_Cloud(xk)).repeat_interleave(g, dim=0)], 1) / (m - 1)
+    mid = (c_q + c_kg) / 2
+    d_qk = _distances(_Cloud(qs - mid), _Cloud(kg - mid))  # [head, m, m]
+    b = torch.cat([d_qk.sum(-1), d_qk.sum(-2)], 1).double() / m
     out[0] = ((b - a) / torch.maximum(a, b)).nan_to_num(nan=0.0).mean(-1).cpu()
-    kg = ks.repeat_interleave(g, dim=0)  # [head, m, d]: the kv head each query head reads
-    c_q, c_k = qs.mean(1, keepdim=True), kg.mean(1, keepdim=True)  # [head, 1, d] centroids
-    s_q, s_k = _distances(qs, c_q).mean((1, 2)), _distances(kg, c_k).mean((1, 2))
-    d_c = _distances(c_q, c_k)[:, 0, 0]
+    s_q, s_k = xq.norm(dim=-1).mean(-1), xk.norm(dim=-1).mean(-1).repeat_interleave(g)
+    d_c = (c_q - c_kg)[:, 0].norm(dim=-1)
     close = lambda t: torch.isclose(t, torch.zeros_like(t))  # noqa: E731  (numpy's isclose defaults, as scikit-learn)
     db = (s_q + s_k) / d_c
     out[1] = torch.where((close(s_q) & close(s_k)) | close(d_c), torch.zeros_like(db), db).cpu()
@@ -119,32 +162,49 @@ def received(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "
     """``[head, pos]``: ``r_j = mean_{i >= j} q_i . k_j`` (001 Fig. 5 right, before normalising), float64."""
     check_qk(q, k)
     N, H = q.shape[0], q.shape[1]
-    g = H // k.shape[1]
-    suffix = q.double().flip(0).cumsum(0).flip(0)  # [pos, head, d]: sum_{i >= j} q_i
-    kk = k.double().repeat_interleave(g, dim=1)
+    n_kv, g = k.shape[1], H // k.shape[1]
+    qd = q.double()
+    suffix = qd.sum(0) - qd.cumsum(0) + qd  # [pos, head, d]: sum_{i >= j} q_i
+    dots = (suffix.view(N, n_kv, g, -1) * k.double()[:, :, None]).sum(-1).view(N, H)
     count = torch.arange(N, 0, -1, dtype=torch.float64, device=q.device)  # N - j queries at or after j
-    return ((suffix * kk).sum(-1) / count[:, None]).T
+    return (dots / count[:, None]).T
 
 
 def max_qk(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
-           window: int | None = None, queries: torch.Tensor | None = None, block_size: int = 256) -> Float[torch.Tensor, "head query"]:
+           window: int | None = None, queries: torch.Tensor | None = None, block_size: int = 64) -> Float[torch.Tensor, "head query"]:
     """``[head, query]``: ``max_{j visible from i} q_i . k_j`` for each query i in ``queries`` (default: all, in order).
 
-    Raw dot products in float32, blocks of ``block_size`` queries against their visible keys.
+    Raw dot products in float32; the queries in increasing order, blocks of ``block_size`` against the keys the block
+    sees, the causal / window mask applied only to the keys that not every query of the block sees.
     """
     check_qk(q, k)
     N, H = q.shape[0], q.shape[1]
     n_kv, g = k.shape[1], H // k.shape[1]
     idx = torch.arange(N) if queries is None else queries.cpu()
+    order = idx.argsort()
+    srt = idx[order]
     kt = k.float().permute(1, 2, 0)  # [kv, d, pos]
-    out = torch.empty(H, len(idx), dtype=torch.float32, device=q.device)
-    for b0 in range(0, len(idx), block_size):
-        rows = idx[b0 : b0 + block_size].to(q.device)
-        last = int(rows.max()) + 1
-        qb = q[rows].float().permute(1, 0, 2).reshape(n_kv, g * len(rows), -1)  # query heads of a kv head side by side
-        s = torch.matmul(qb, kt[:, :, :last]).view(H, len(rows), last)
-        vis = _visible(rows, torch.arange(last, device=q.device), window)
-        out[:, b0 : b0 + len(rows)] = s.masked_fill(~vis, float("-inf")).amax(-1)
+    res = torch.empty(H, len(idx), dtype=torch.float32, device=q.device)
+    for b0 in range(0, len(srt), block_size):
+        rows = srt[b0 : b0 + block_size]
+        first, last = int(rows[0]), int(rows[-1]) + 1
+        lo = 0 if window is None else max(0, first - window + 1)  # the lowest key the block sees
+        lo_all = 0 if window is None else max(0, last - window)  # keys [lo_all, first] are seen by every row
+        rd = rows.to(q.device)
+        qb = q[rd].float().permute(1, 0, 2).reshape(n_kv, g * len(rows), -1)  # query heads of a kv head side by side
+        s = torch.matmul(qb, kt[:, :, lo:last]).view(H, len(rows), last - lo)
+        a, b = max(lo_all, lo) - lo, first + 1 - lo  # columns of s seen by every row: [a, b)
+        if a < b:
+            best = s[..., a:b].amax(-1)
+            for c0, c1 in ((0, a), (b, last - lo)):
+                if c1 > c0:
+                    vis = _visible(rd, torch.arange(lo + c0, lo + c1, device=q.device), window)
+                    best = torch.maximum(best, s[..., c0:c1].masked_fill(~vis, float("-inf")).amax(-1))
+        else:
+            best = s.masked_fill(~_visible(rd, torch.arange(lo, last, device=q.device), window), float("-inf")).amax(-1)
+        res[:, b0 : b0 + len(rows)] = best
+    out = torch.empty_like(res)
+    out[:, order.to(q.device)] = res
     return out
 
 
