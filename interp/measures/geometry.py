@@ -6,17 +6,18 @@ head h reads kv head ``h // group``), each before (``pre``) and after (``rot``) 
 - **Cluster separation** (001 Fig. 11, App. A): silhouette score and Davies-Bouldin index of the two
   clusters {q_i of head h} and {k_j of its kv head} (Euclidean), scikit-learn's definitions
   (``silhouette_score``, ``davies_bouldin_score``) computed for all heads of a layer in one batch of
-  float64 matrix products (equal to scikit-learn to rounding; tested) on a seeded subsample of ``n_points / 2`` positions
-  of the prompt (the same positions for q and k; all of them when the prompt is shorter). Lower
-  silhouette / higher Davies-Bouldin = more overlap.
+  float32 matrix products on centred float64 coordinates (within 1e-6 of scikit-learn's float64 scores; tested) on a
+  seeded subsample of ``cluster_points / 2`` positions of the prompt (default 200 queries + 200 keys, the same positions
+  for q and k; all of them when the prompt is shorter; ``CLUSTER_POINTS`` says how far the subsample's score lies from
+  the one over all positions). Lower silhouette / higher Davies-Bouldin = more overlap.
 - **Key norm by position** (001 Fig. 5 left): ``||k_j||`` at every position j (RoPE keeps norms).
 - **Attention received** (001 Fig. 5 right): the mean score of key j over the queries at and after it,
   ``r_j = (1 / (N - j)) sum_{i >= j} q_i . k_j`` (raw dot products, no scale), computed as
   ``(suffix sum of q) . k_j``. The paper normalises by the largest value over keys (``received_norm``).
 - **Maximum q.k per query** (001 Fig. 6 right): ``m_i = max_{j visible from i} q_i . k_j`` (raw dot
-  product, the model's causal and sliding-window visibility), averaged over the same seeded sample of
-  queries as the cluster scores (exact per sampled query; an unbiased estimate of the mean over all
-  queries at O(sample x pos) cost instead of O(pos^2)).
+  product, the model's causal and sliding-window visibility), averaged over a seeded sample of ``max_qk_queries``
+  queries (default 500; the same permutation as the cluster scores' positions, which are among them) (exact per
+  sampled query; an unbiased estimate of the mean over all queries at O(sample x pos) cost instead of O(pos^2)).
 
 Every value is summed over prompts in float64 (state entries below), so scans merge by addition;
 per-position entries are divided by the number of prompts that reach the position (from the
@@ -53,6 +54,13 @@ def sample_positions(n_pos: int, n_points: int, seed: int) -> torch.Tensor:
 # give identical layer-0 queries), elsewhere its relative error is below ~1e-6 / NEAR
 NEAR = 1e-2
 
+# default points per head and prompt for the cluster scores: 200 queries + 200 keys at
+# seeded positions. On SmolLM2 (1024-token pydoc prompt, every layer and head, pre and post RoPE) the silhouette of
+# 200 + 200 points is within 0.015 of the one over all 1024 + 1024 (0.009 for 500 + 500, the default before issue 23,
+# at about 5x the cost); tests/measures/test_geometry.py bounds it. It keeps the sweep's geometry within 1.5x a
+# plain scan (figures/sweep_cost.csv).
+CLUSTER_POINTS = 400
+
 
 class _Cloud:
     """Points ``x [batch, m, d]`` (float64, centred by the caller) with the float32 factors of the distance expansion:
@@ -85,12 +93,13 @@ def _distances(a: _Cloud, b: _Cloud, same: bool = False) -> torch.Tensor:
     if same:
         d2.diagonal(dim1=1, dim2=2).fill_(float("inf"))
     low = d2.amin((1, 2))
-    for bi in (low < NEAR * (a.n2.amax(-1) + b.n2.amax(-1))).nonzero()[:, 0].tolist():  # batches that may hold a near pair
-        blk = d2[bi]
-        near = torch.sub(blk, a.n2[bi, :, None], alpha=NEAR).sub_(b.n2[bi, None, :], alpha=NEAR) < 0
-        i, j = near.nonzero(as_tuple=True)
-        if len(i):
-            blk[i, j] = (a.x[bi, i] - b.x[bi, j]).square_().sum(-1).float()
+    maybe = (low < NEAR * (a.n2.amax(-1) + b.n2.amax(-1))).nonzero()[:, 0]  # batches that may hold a near pair
+    if len(maybe):
+        margin = (d2[maybe] - NEAR * a.n2[maybe][:, :, None]).sub_(NEAR * b.n2[maybe][:, None, :])
+        fb, i, j = (margin < 0).nonzero(as_tuple=True)
+        if len(fb):
+            bi = maybe[fb]
+            d2[bi, i, j] = (a.x[bi, i] - b.x[bi, j]).square_().sum(-1).float()
     if same:
         d2.diagonal(dim1=1, dim2=2).zero_()
     if bool((low < 0).any()):
@@ -145,7 +154,8 @@ def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Ten
     c_q, c_k = qs.mean(1, keepdim=True), ks.mean(1, keepdim=True)  # [head | kv_head, 1, d] centroids
     kg, c_kg = ks.repeat_interleave(g, dim=0), c_k.repeat_interleave(g, dim=0)  # the kv head each query head reads
     xq, xk = qs - c_q, ks - c_k
-    a = torch.cat([_self_distance_sums(_Cloud(xq)), _self_distance_sums(_Cloud(xk)).repeat_interleave(g, dim=0)], 1) / (m - 1)
+    within = _self_distance_sums(_Cloud(torch.cat([xq, xk])))  # [head + kv_head, m]: both clouds in one batch
+    a = torch.cat([within[:H], within[H:].repeat_interleave(g, dim=0)], 1) / (m - 1)
     mid = (c_q + c_kg) / 2
     d_qk = _distances(_Cloud(qs - mid), _Cloud(kg - mid))  # [head, m, m]
     b = torch.cat([d_qk.sum(-1), d_qk.sum(-2)], 1).double() / m
@@ -208,15 +218,20 @@ def max_qk(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "po
     return out
 
 
-def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, seed: int) -> dict[str, torch.Tensor]:
-    """One layer of one prompt: this module's additions, ``{name: tensor}`` without the layer axis."""
+def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, seed: int,
+                n_queries: int = 500) -> dict[str, torch.Tensor]:
+    """One layer of one prompt: this module's additions, ``{name: tensor}`` without the layer axis.
+
+    Cluster scores on ``sample_positions(pos, n_points, seed)``, max q.k on the queries ``sample_positions(pos,
+    2 * n_queries, seed)`` (the same permutation: the cluster positions are among them)."""
     pos = sample_positions(q_pre.shape[0], n_points, seed)
+    qpos = sample_positions(q_pre.shape[0], 2 * n_queries, seed)
     pre, rot = cluster_scores(q_pre, k_pre, pos), cluster_scores(q_rot, k_rot, pos)
     return {
         "geo_cluster": torch.stack([pre[0], rot[0], pre[1], rot[1]]),
         "geo_key_norm": k_pre.double().norm(dim=-1).T,
         "geo_received_pre": received(q_pre, k_pre), "geo_received_rot": received(q_rot, k_rot),
-        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, pos).double().mean(-1), max_qk(q_rot, k_rot, window, pos).double().mean(-1)]),
+        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, qpos).double().mean(-1), max_qk(q_rot, k_rot, window, qpos).double().mean(-1)]),
     }
 
 
@@ -268,8 +283,10 @@ class Geometry(Measure):
     name = "geometry"
     summary = "q vs k cluster scores, key norm and attention received by position, max q.k, pre and post RoPE (001 Figs. 5, 6, 11)"
     options = (Option("geometry", False, "also the cloud and sink geometry of paper 001 (interp sweep turns it on)"),
-               Option("cluster_points", 1000, "points per head and prompt for the cluster scores (half queries, half keys, "
-                      "at the same seeded positions; seed = prompt id * 1009 + layer)"))
+               Option("cluster_points", CLUSTER_POINTS, "points per head and prompt for the cluster scores (half queries, half "
+                      "keys, at the same seeded positions; seed = prompt id * 1009 + layer)"),
+               Option("max_qk_queries", 500, "queries per head and prompt for max q.k (seeded positions, the same "
+                      "permutation as the cluster scores' positions)"))
     switch = "geometry"
 
     def columns(self, cfg):
@@ -294,7 +311,8 @@ class Geometry(Measure):
                 Entry("geo_max_qk", (L, 2, H))]
 
     def update(self, x):
-        return prompt_sums(x.q_pre, x.k_pre, x.q_rot, x.k_rot, x.window, x.config.cluster_points, x.prompt_id * 1009 + x.layer)
+        return prompt_sums(x.q_pre, x.k_pre, x.q_rot, x.k_rot, x.window, x.config.cluster_points, x.prompt_id * 1009 + x.layer,
+                           x.config.max_qk_queries)
 
     def compute(self, s):
         return columns(s.state, s.meta["tokens"], kv_index(s.card))
