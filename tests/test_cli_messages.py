@@ -164,3 +164,15 @@ def test_import_interp_loads_nothing_heavy():
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]", res.stdout
+
+
+def test_a_refused_compare_leaves_no_output_folder(tmp_path):
+    """Same --names for two scans: exit 2 naming --names, and no (empty) output folder left behind. (test_cli_paths'
+    'nothing is written' cases refuse before any input is read, so they pass on code that made the folder first.)"""
+    for d in ("a", "b"):
+        res = runner.invoke(app, ["scan", "tiny-llama", "--prompts", "1", "--tokens", "32", "--out", str(tmp_path / d)])
+        assert res.exit_code == 0, res.output
+    out = tmp_path / "cmp"
+    res = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--names", "x,x", "--out", str(out)])
+    assert res.exit_code == 2 and "--names" in res.output, res.output
+    assert not out.exists()
