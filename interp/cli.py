@@ -342,7 +342,8 @@ def sweep(
     measure: List[str] = MEASURE,
     out: Path = typer.Option(Path("out/sweep"), help="output folder (created; sweep.csv, sweep.html, length_N/ go in it)"),
     beyond_context: bool = typer.Option(False, "--beyond-context", help="allow lengths beyond the model's context (out of distribution)"),
-    cluster_points: int = typer.Option(1000, help="points per head and prompt for silhouette / Davies-Bouldin"),
+    cluster_points: int = typer.Option(400, help="points per head and prompt for silhouette / Davies-Bouldin and max q.k "
+                                        "(half queries, half keys, seeded positions)"),
     block_size: int = typer.Option(32, help="queries per attention block"),
     device: str = DEVICE,
     dtype: str = DTYPE,

@@ -127,3 +127,52 @@ def test_an_interrupted_write_leaves_no_half_written_table(tmp_path, monkeypatch
     with pytest.raises(OSError):
         write_atomic(tmp_path / "new.html", lambda tmp: (tmp.write_text("<html"), (_ for _ in ()).throw(OSError("disk full"))))
     assert not (tmp_path / "new.html").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["heads.csv"]
+
+
+def test_progress_bars_reach_n_of_n(tiny_llama, capsys):
+    """The scan's bar ends at N/N: ``zip(ids, tqdm(toks))`` stopped before the bar counted the last prompt (1/2, 0/1)."""
+    from interp.engine import scan
+
+    for n in (1, 3):
+        scan(tiny_llama, [random_tokens(16, seed=s) for s in range(n)], progress=True)
+        bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+        assert f"{n}/{n}" in bar, bar
+
+
+def test_heads_is_computed_once(tiny_llama, monkeypatch):
+    """``ScanResult.heads`` builds the table once (it recomputed every measure's columns on each access), and a
+    caller's edit of the returned copy does not leak into the next access."""
+    import interp.engine.result as result_mod
+    from interp.engine import scan
+
+    res = scan(tiny_llama, [random_tokens(16)])
+    calls = []
+    real = result_mod.head_table
+    monkeypatch.setattr(result_mod, "head_table", lambda r: calls.append(1) or real(r))
+    first = res.heads
+    first.loc[0, "slash_score"] = -1.0
+    again = res.heads
+    assert len(calls) == 1 and again.loc[0, "slash_score"] != -1.0
+
+
+def test_import_interp_loads_nothing_heavy():
+    """``import interp`` (and ``interp --help``'s module) import neither torch's heavy users nor the report stack:
+    transformers, scikit-learn, plotly and Ray load on first use (``import interp`` took 5.7 s)."""
+    code = ("import sys, interp, interp.cli\n"
+            "print(sorted(m for m in ('transformers', 'sklearn', 'plotly', 'ray', 'transformer_lens') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout
+
+
+def test_a_refused_compare_leaves_no_output_folder(tmp_path):
+    """Same --names for two scans: exit 2 naming --names, and no (empty) output folder left behind. (test_cli_paths'
+    'nothing is written' cases refuse before any input is read, so they pass on code that made the folder first.)"""
+    for d in ("a", "b"):
+        res = runner.invoke(app, ["scan", "tiny-llama", "--prompts", "1", "--tokens", "32", "--out", str(tmp_path / d)])
+        assert res.exit_code == 0, res.output
+    out = tmp_path / "cmp"
+    res = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--names", "x,x", "--out", str(out)])
+    assert res.exit_code == 2 and "--names" in res.output, res.output
+    assert not out.exists()

@@ -35,8 +35,8 @@ class SweepResult:
 
     Attributes:
         results: ``{length: ScanResult}`` in increasing length.
-        seconds: ``{length: {"scan": s, "finalise": s}}`` wall-clock seconds of each length's scan and of its
-            head table (empty for a loaded sweep).
+        seconds: ``{length: {"scan": s, "finalise": s, "scan_cpu": s, "finalise_cpu": s}}`` wall-clock seconds of each
+            length's scan and of its head table, and the CPU seconds of this process for each (empty for a loaded sweep).
     """
 
     results: dict[int, ScanResult]
@@ -150,12 +150,13 @@ def sweep(
     for k, n in enumerate(ns):
         if progress:
             print(f"length {n} ({k + 1} of {len(ns)}): {len(toks)} prompt{'s' * (len(toks) != 1)}", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out.results[n] = run_sharded(spec, [t[:n] for t in toks], replace(cfg), executor=executor, model=model, actors=actors,
                                   progress=progress, meta={**(meta or {}), "length": n}, beyond_context=beyond_context)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         out.heads(n)  # finalise now (the head table), so the length's cost is seen where it is spent
-        out.seconds[n] = {"scan": t1 - t0, "finalise": time.perf_counter() - t1}
+        out.seconds[n] = {"scan": t1 - t0, "finalise": time.perf_counter() - t1,
+                          "scan_cpu": c1 - c0, "finalise_cpu": time.process_time() - c1}
         if progress:
             print(f"length {n}: scanned in {out.seconds[n]['scan']:.1f} s, finalised in {out.seconds[n]['finalise']:.1f} s",
                   file=sys.stderr, flush=True)

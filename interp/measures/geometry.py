@@ -6,17 +6,18 @@ head h reads kv head ``h // group``), each before (``pre``) and after (``rot``) 
 - **Cluster separation** (001 Fig. 11, App. A): silhouette score and Davies-Bouldin index of the two
   clusters {q_i of head h} and {k_j of its kv head} (Euclidean), scikit-learn's definitions
   (``silhouette_score``, ``davies_bouldin_score``) computed for all heads of a layer in one batch of
-  float64 matrix products (equal to scikit-learn to rounding; tested) on a seeded subsample of ``n_points / 2`` positions
-  of the prompt (the same positions for q and k; all of them when the prompt is shorter). Lower
-  silhouette / higher Davies-Bouldin = more overlap.
+  float32 matrix products on centred float64 coordinates (within 1e-6 of scikit-learn's float64 scores; tested) on a
+  seeded subsample of ``cluster_points / 2`` positions of the prompt (default 200 queries + 200 keys, the same positions
+  for q and k; all of them when the prompt is shorter; ``CLUSTER_POINTS`` says how far the subsample's score lies from
+  the one over all positions). Lower silhouette / higher Davies-Bouldin = more overlap.
 - **Key norm by position** (001 Fig. 5 left): ``||k_j||`` at every position j (RoPE keeps norms).
 - **Attention received** (001 Fig. 5 right): the mean score of key j over the queries at and after it,
   ``r_j = (1 / (N - j)) sum_{i >= j} q_i . k_j`` (raw dot products, no scale), computed as
   ``(suffix sum of q) . k_j``. The paper normalises by the largest value over keys (``received_norm``).
 - **Maximum q.k per query** (001 Fig. 6 right): ``m_i = max_{j visible from i} q_i . k_j`` (raw dot
-  product, the model's causal and sliding-window visibility), averaged over the same seeded sample of
-  queries as the cluster scores (exact per sampled query; an unbiased estimate of the mean over all
-  queries at O(sample x pos) cost instead of O(pos^2)).
+  product, the model's causal and sliding-window visibility), averaged over a seeded sample of ``max_qk_queries``
+  queries (default 500; the same permutation as the cluster scores' positions, which are among them) (exact per
+  sampled query; an unbiased estimate of the mean over all queries at O(sample x pos) cost instead of O(pos^2)).
 
 Every value is summed over prompts in float64 (state entries below), so scans merge by addition;
 per-position entries are divided by the number of prompts that reach the position (from the
@@ -48,31 +49,76 @@ def sample_positions(n_pos: int, n_points: int, seed: int) -> torch.Tensor:
     return torch.randperm(n_pos, generator=g)[:m].sort().values
 
 
-def _distances(x: torch.Tensor, y: torch.Tensor, same: bool = False) -> torch.Tensor:
-    """``[batch, m, n]`` Euclidean distances between the rows of ``x [batch, m, d]`` and ``y [batch, n, d]`` (float64).
+# pairs whose squared distance from the float32 expansion is below NEAR * (||x_i||^2 + ||y_j||^2) (centred coordinates)
+# are recomputed in float64 as ||x_i - y_j||^2: there the expansion loses digits to cancellation (identical tokens
+# give identical layer-0 queries), elsewhere its relative error is below ~1e-6 / NEAR
+NEAR = 1e-2
 
-    The expansion ``||x||^2 - 2 x.y + ||y||^2`` clipped at 0, as scikit-learn's ``euclidean_distances`` computes
-    it (so the scores equal scikit-learn's to rounding); with ``same`` (``x is y``) the diagonal is exactly 0.
+# default points per head and prompt for the cluster scores: 200 queries + 200 keys at
+# seeded positions. On SmolLM2 (1024-token pydoc prompt, every layer and head, pre and post RoPE) the silhouette of
+# 200 + 200 points is within 0.015 of the one over all 1024 + 1024 (0.009 for 500 + 500, the default before issue 23,
+# at about 5x the cost); tests/measures/test_geometry.py bounds it. It keeps the sweep's geometry within 1.5x a
+# plain scan (figures/sweep_cost.csv).
+CLUSTER_POINTS = 400
+
+
+class _Cloud:
+    """Points ``x [batch, m, d]`` (float64, centred by the caller) with the float32 factors of the distance expansion:
+    ``(X @ Y^T)_ij = ||x_i||^2 + ||x_j||^2 - 2 x_i . x_j`` for ``X = [x, ||x||^2, 1]``, ``Y = [-2 x, 1, ||x||^2]``, so one
+    matrix product gives the squared distances."""
+
+    def __init__(self, x: torch.Tensor, parts=None):
+        self.x = x
+        if parts is None:
+            n2 = (x * x).sum(-1, keepdim=True).float()
+            x32, one = x.float(), torch.ones_like(n2)
+            parts = (torch.cat([x32, n2, one], -1), torch.cat([x32.mul_(-2.0), one, n2], -1), n2[..., 0])
+        self.X, self.Y, self.n2 = parts
+
+    def __getitem__(self, s: slice) -> "_Cloud":
+        return _Cloud(self.x[:, s], (self.X[:, s], self.Y[:, s], self.n2[:, s]))
+
+    def __len__(self) -> int:
+        return self.x.shape[1]
+
+
+def _distances(a: _Cloud, b: _Cloud, same: bool = False) -> torch.Tensor:
+    """``[batch, m, n]`` float32 Euclidean distances between the points of ``a`` and ``b`` (``same``: ``a is b``, zero diagonal).
+
+    One float32 product for the squared distances (clipped at 0, as scikit-learn's ``euclidean_distances``); the
+    few pairs with ``d^2 < NEAR (||x_i||^2 + ||y_j||^2)`` are recomputed in float64 from the differences. A batch
+    whose smallest ``d^2`` is at least ``NEAR`` times its two largest squared norms has none and is not searched.
     """
-    xx, yy = (x * x).sum(-1), (y * y).sum(-1)
-    d2 = torch.baddbmm(xx[:, :, None] + yy[:, None, :], x, y.transpose(1, 2), alpha=-2.0).clamp_(min=0)
+    d2 = torch.bmm(a.X, b.Y.transpose(1, 2))
+    if same:
+        d2.diagonal(dim1=1, dim2=2).fill_(float("inf"))
+    low = d2.amin((1, 2))
+    maybe = (low < NEAR * (a.n2.amax(-1) + b.n2.amax(-1))).nonzero()[:, 0]  # batches that may hold a near pair
+    if len(maybe):
+        margin = (d2[maybe] - NEAR * a.n2[maybe][:, :, None]).sub_(NEAR * b.n2[maybe][:, None, :])
+        fb, i, j = (margin < 0).nonzero(as_tuple=True)
+        if len(fb):
+            bi = maybe[fb]
+            d2[bi, i, j] = (a.x[bi, i] - b.x[bi, j]).square_().sum(-1).float()
     if same:
         d2.diagonal(dim1=1, dim2=2).zero_()
+    if bool((low < 0).any()):
+        d2.clamp_(min=0)
     return d2.sqrt_()
 
 
-def _self_distance_sums(x: torch.Tensor, leaf: int = 128) -> torch.Tensor:
-    """``[batch, m]``: ``sum_j ||x_i - x_j||`` for the rows of ``x [batch, m, d]``.
+def _self_distance_sums(c: _Cloud, leaf: int = 256) -> torch.Tensor:
+    """``[batch, m]`` float64: ``sum_j ||x_i - x_j||`` over the points of ``c``.
 
     Splits the points in halves and computes the cross block once for both halves (the distance matrix is
     symmetric), so about half the work of the full ``m x m`` matrix.
     """
-    m = x.shape[1]
+    m = len(c)
     if m <= leaf:
-        return _distances(x, x, True).sum(-1)
-    a, b = x[:, : m // 2], x[:, m // 2 :]
+        return _distances(c, c, True).sum(-1).double()
+    a, b = c[: m // 2], c[m // 2 :]
     ab = _distances(a, b)
-    return torch.cat([_self_distance_sums(a, leaf) + ab.sum(-1), _self_distance_sums(b, leaf) + ab.sum(-2)], 1)
+    return torch.cat([_self_distance_sums(a, leaf) + ab.sum(-1).double(), _self_distance_sums(b, leaf) + ab.sum(-2).double()], 1)
 
 
 def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
@@ -84,10 +130,15 @@ def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Ten
     point i to the other points of its cluster and ``b_i`` the mean distance to the other cluster,
     ``silhouette = mean_i (b_i - a_i) / max(a_i, b_i)`` over the 2m points; with ``S_c`` the mean distance of cluster
     c's points to its centroid ``c``, ``Davies-Bouldin = (S_q + S_k) / ||c_q - c_k||`` (0 when both spreads or the
-    centroid distance vanish, as scikit-learn). The key-key distances of a kv head are computed once for its whole
-    query group, and each symmetric within-cluster matrix only half (``_self_distance_sums``). Equal to
-    scikit-learn to rounding (``tests/stats/test_geometry.py``), without its per-call overhead. NaN when fewer
-    than 2 positions.
+    centroid distance vanish, as scikit-learn). NaN when fewer than 2 positions.
+
+    Precision and cost: the pairwise distances of the silhouette come from one float32 matrix product per block, on
+    coordinates centred in float64 (each cluster on its centroid, the q-k pairs on the midpoint of the two centroids),
+    with near pairs recomputed in float64 (``NEAR``); their sums and everything else are float64. The silhouette equals
+    scikit-learn's (float64) within 1e-6 and Davies-Bouldin to float64 rounding (``tests/measures/test_geometry.py``,
+    on random clouds and on SmolLM2's queries and keys; ``analyses/benchmarks/sweep_cost.py --check``), at about a
+    third of the float64 cost. The key-key distances of a kv head are computed once for its whole query group, and
+    each symmetric within-cluster matrix only half (``_self_distance_sums``).
 
     Raises:
         ShapeError: q/k layouts do not match (``interp.attention.check_qk``).
@@ -98,17 +149,19 @@ def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Ten
     out = torch.full((2, H), torch.nan, dtype=torch.float64)
     if m < 2:
         return out
-    qs = q[positions.to(q.device)].double().transpose(0, 1).contiguous()  # [head, m, d]
-    ks = k[positions.to(k.device)].double().transpose(0, 1).contiguous()  # [kv_head, m, d]
-    kv = ks.shape[0]
-    d_qk = _distances(qs.view(kv, g * m, -1), ks).view(H, m, m)  # a kv head against its query heads in one product
-    a = torch.cat([_self_distance_sums(qs), _self_distance_sums(ks).repeat_interleave(g, dim=0)], 1) / (m - 1)
-    b = torch.cat([d_qk.sum(-1), d_qk.sum(-2)], 1) / m
+    qs = q[positions.to(q.device)].double().transpose(0, 1)  # [head, m, d]
+    ks = k[positions.to(k.device)].double().transpose(0, 1)  # [kv_head, m, d]
+    c_q, c_k = qs.mean(1, keepdim=True), ks.mean(1, keepdim=True)  # [head | kv_head, 1, d] centroids
+    kg, c_kg = ks.repeat_interleave(g, dim=0), c_k.repeat_interleave(g, dim=0)  # the kv head each query head reads
+    xq, xk = qs - c_q, ks - c_k
+    within = _self_distance_sums(_Cloud(torch.cat([xq, xk])))  # [head + kv_head, m]: both clouds in one batch
+    a = torch.cat([within[:H], within[H:].repeat_interleave(g, dim=0)], 1) / (m - 1)
+    mid = (c_q + c_kg) / 2
+    d_qk = _distances(_Cloud(qs - mid), _Cloud(kg - mid))  # [head, m, m]
+    b = torch.cat([d_qk.sum(-1), d_qk.sum(-2)], 1).double() / m
     out[0] = ((b - a) / torch.maximum(a, b)).nan_to_num(nan=0.0).mean(-1).cpu()
-    kg = ks.repeat_interleave(g, dim=0)  # [head, m, d]: the kv head each query head reads
-    c_q, c_k = qs.mean(1, keepdim=True), kg.mean(1, keepdim=True)  # [head, 1, d] centroids
-    s_q, s_k = _distances(qs, c_q).mean((1, 2)), _distances(kg, c_k).mean((1, 2))
-    d_c = _distances(c_q, c_k)[:, 0, 0]
+    s_q, s_k = xq.norm(dim=-1).mean(-1), xk.norm(dim=-1).mean(-1).repeat_interleave(g)
+    d_c = (c_q - c_kg)[:, 0].norm(dim=-1)
     close = lambda t: torch.isclose(t, torch.zeros_like(t))  # noqa: E731  (numpy's isclose defaults, as scikit-learn)
     db = (s_q + s_k) / d_c
     out[1] = torch.where((close(s_q) & close(s_k)) | close(d_c), torch.zeros_like(db), db).cpu()
@@ -119,44 +172,66 @@ def received(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "
     """``[head, pos]``: ``r_j = mean_{i >= j} q_i . k_j`` (001 Fig. 5 right, before normalising), float64."""
     check_qk(q, k)
     N, H = q.shape[0], q.shape[1]
-    g = H // k.shape[1]
-    suffix = q.double().flip(0).cumsum(0).flip(0)  # [pos, head, d]: sum_{i >= j} q_i
-    kk = k.double().repeat_interleave(g, dim=1)
+    n_kv, g = k.shape[1], H // k.shape[1]
+    qd = q.double()
+    suffix = qd.sum(0) - qd.cumsum(0) + qd  # [pos, head, d]: sum_{i >= j} q_i
+    dots = (suffix.view(N, n_kv, g, -1) * k.double()[:, :, None]).sum(-1).view(N, H)
     count = torch.arange(N, 0, -1, dtype=torch.float64, device=q.device)  # N - j queries at or after j
-    return ((suffix * kk).sum(-1) / count[:, None]).T
+    return (dots / count[:, None]).T
 
 
 def max_qk(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
-           window: int | None = None, queries: torch.Tensor | None = None, block_size: int = 256) -> Float[torch.Tensor, "head query"]:
+           window: int | None = None, queries: torch.Tensor | None = None, block_size: int = 64) -> Float[torch.Tensor, "head query"]:
     """``[head, query]``: ``max_{j visible from i} q_i . k_j`` for each query i in ``queries`` (default: all, in order).
 
-    Raw dot products in float32, blocks of ``block_size`` queries against their visible keys.
+    Raw dot products in float32; the queries in increasing order, blocks of ``block_size`` against the keys the block
+    sees, the causal / window mask applied only to the keys that not every query of the block sees.
     """
     check_qk(q, k)
     N, H = q.shape[0], q.shape[1]
     n_kv, g = k.shape[1], H // k.shape[1]
     idx = torch.arange(N) if queries is None else queries.cpu()
+    order = idx.argsort()
+    srt = idx[order]
     kt = k.float().permute(1, 2, 0)  # [kv, d, pos]
-    out = torch.empty(H, len(idx), dtype=torch.float32, device=q.device)
-    for b0 in range(0, len(idx), block_size):
-        rows = idx[b0 : b0 + block_size].to(q.device)
-        last = int(rows.max()) + 1
-        qb = q[rows].float().permute(1, 0, 2).reshape(n_kv, g * len(rows), -1)  # query heads of a kv head side by side
-        s = torch.matmul(qb, kt[:, :, :last]).view(H, len(rows), last)
-        vis = _visible(rows, torch.arange(last, device=q.device), window)
-        out[:, b0 : b0 + len(rows)] = s.masked_fill(~vis, float("-inf")).amax(-1)
+    res = torch.empty(H, len(idx), dtype=torch.float32, device=q.device)
+    for b0 in range(0, len(srt), block_size):
+        rows = srt[b0 : b0 + block_size]
+        first, last = int(rows[0]), int(rows[-1]) + 1
+        lo = 0 if window is None else max(0, first - window + 1)  # the lowest key the block sees
+        lo_all = 0 if window is None else max(0, last - window)  # keys [lo_all, first] are seen by every row
+        rd = rows.to(q.device)
+        qb = q[rd].float().permute(1, 0, 2).reshape(n_kv, g * len(rows), -1)  # query heads of a kv head side by side
+        s = torch.matmul(qb, kt[:, :, lo:last]).view(H, len(rows), last - lo)
+        a, b = max(lo_all, lo) - lo, first + 1 - lo  # columns of s seen by every row: [a, b)
+        if a < b:
+            best = s[..., a:b].amax(-1)
+            for c0, c1 in ((0, a), (b, last - lo)):
+                if c1 > c0:
+                    vis = _visible(rd, torch.arange(lo + c0, lo + c1, device=q.device), window)
+                    best = torch.maximum(best, s[..., c0:c1].masked_fill(~vis, float("-inf")).amax(-1))
+        else:
+            best = s.masked_fill(~_visible(rd, torch.arange(lo, last, device=q.device), window), float("-inf")).amax(-1)
+        res[:, b0 : b0 + len(rows)] = best
+    out = torch.empty_like(res)
+    out[:, order.to(q.device)] = res
     return out
 
 
-def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, seed: int) -> dict[str, torch.Tensor]:
-    """One layer of one prompt: this module's additions, ``{name: tensor}`` without the layer axis."""
+def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, seed: int,
+                n_queries: int = 500) -> dict[str, torch.Tensor]:
+    """One layer of one prompt: this module's additions, ``{name: tensor}`` without the layer axis.
+
+    Cluster scores on ``sample_positions(pos, n_points, seed)``, max q.k on the queries ``sample_positions(pos,
+    2 * n_queries, seed)`` (the same permutation: the cluster positions are among them)."""
     pos = sample_positions(q_pre.shape[0], n_points, seed)
+    qpos = sample_positions(q_pre.shape[0], 2 * n_queries, seed)
     pre, rot = cluster_scores(q_pre, k_pre, pos), cluster_scores(q_rot, k_rot, pos)
     return {
         "geo_cluster": torch.stack([pre[0], rot[0], pre[1], rot[1]]),
         "geo_key_norm": k_pre.double().norm(dim=-1).T,
         "geo_received_pre": received(q_pre, k_pre), "geo_received_rot": received(q_rot, k_rot),
-        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, pos).double().mean(-1), max_qk(q_rot, k_rot, window, pos).double().mean(-1)]),
+        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, qpos).double().mean(-1), max_qk(q_rot, k_rot, window, qpos).double().mean(-1)]),
     }
 
 
@@ -208,8 +283,10 @@ class Geometry(Measure):
     name = "geometry"
     summary = "q vs k cluster scores, key norm and attention received by position, max q.k, pre and post RoPE (001 Figs. 5, 6, 11)"
     options = (Option("geometry", False, "also the cloud and sink geometry of paper 001 (interp sweep turns it on)"),
-               Option("cluster_points", 1000, "points per head and prompt for the cluster scores (half queries, half keys, "
-                      "at the same seeded positions; seed = prompt id * 1009 + layer)"))
+               Option("cluster_points", CLUSTER_POINTS, "points per head and prompt for the cluster scores (half queries, half "
+                      "keys, at the same seeded positions; seed = prompt id * 1009 + layer)"),
+               Option("max_qk_queries", 500, "queries per head and prompt for max q.k (seeded positions, the same "
+                      "permutation as the cluster scores' positions)"))
     switch = "geometry"
 
     def columns(self, cfg):
@@ -234,7 +311,8 @@ class Geometry(Measure):
                 Entry("geo_max_qk", (L, 2, H))]
 
     def update(self, x):
-        return prompt_sums(x.q_pre, x.k_pre, x.q_rot, x.k_rot, x.window, x.config.cluster_points, x.prompt_id * 1009 + x.layer)
+        return prompt_sums(x.q_pre, x.k_pre, x.q_rot, x.k_rot, x.window, x.config.cluster_points, x.prompt_id * 1009 + x.layer,
+                           x.config.max_qk_queries)
 
     def compute(self, s):
         return columns(s.state, s.meta["tokens"], kv_index(s.card))
