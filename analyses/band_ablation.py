@@ -13,7 +13,7 @@ then
   bootstrap interval of the median (``median_lo``, ``median_hi``: 95% percentile interval over prompts,
   ``BOOT`` resamples, seed 0; the SDHs and their lags stay those of the full sample, each resample
   re-averages every SDH's per-prompt scores and takes the median ratio again);
-- with ``--causal``: ``figures/band_ablation_causal.csv``, the model itself run with each band unrotated
+- ``figures/band_ablation_causal.csv`` (``--no-causal`` skips it), the model itself run with each band unrotated
   in all layers (``interp.hooks.intervene.rope_intervention``): mean next-token NLL in nats per predicted
   token, ``nll_original``, ``nll``, ``delta_nll`` (the numbers of ``causal_ablation``'s summary, computed per
   prompt with the same ``mean_nll``) and a 95% bootstrap interval of ``delta_nll`` over prompts
@@ -22,11 +22,12 @@ then
 Each prompt is scanned on its own and the scans are merged (``interp.merge_results``: the sums add exactly),
 so the per-prompt scores the bootstrap needs come from the same run as the tables.
 
-    python analyses/band_ablation.py [--prompts 8] [--tokens 1024] [--causal] [--quick] [--out figures]
+    python analyses/band_ablation.py [--prompts 8] [--tokens 1024] [--no-causal] [--quick] [--out figures]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = parser(__doc__, "smollm2-135m only, 2 prompts x 256 tokens (for tests)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=1024)
-    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                    help="also the causal ablation (band_ablation_causal.csv; default on, --no-causal skips it)")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
     args = ap.parse_args(argv)
     if args.quick:
