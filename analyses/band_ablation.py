@@ -23,6 +23,7 @@ Each prompt is scanned on its own and the scans are merged (``interp.merge_resul
 so the per-prompt scores the bootstrap needs come from the same run as the tables.
 
     python analyses/band_ablation.py [--prompts 8] [--tokens 1024] [--no-causal] [--quick] [--out figures]
+    python analyses/band_ablation.py --causal-only [--models ...]   # only the causal tables, rows of these models replaced
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from interp.experiments.ablation import band_ablation_table, band_variants
 from interp.hooks.intervene import mean_nll, rope_intervention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import parser, save_figure  # noqa: E402
+from _common import MODELS, parser, save_figure  # noqa: E402
 
 BANDS = ["wo_high", "wo_medium", "wo_low"]
 BOOT = 10000  # bootstrap resamples (percentile intervals, numpy seed 0)
@@ -142,6 +143,51 @@ def run_model(name: str, prompts: int, tokens: int, causal: bool) -> dict:
     return out
 
 
+CAUSAL_COLUMNS = ["model", "band", "layers", "prompts", "tokens", "nll_original", "nll", "delta_nll", "delta_lo", "delta_hi"]
+
+
+def write_causal(out_dir: Path, summary: pd.DataFrame, per_prompt: pd.DataFrame, replace_rows: bool = False) -> pd.DataFrame:
+    """Write ``band_ablation_causal.csv`` and ``band_ablation_causal_prompts.csv``; with ``replace_rows`` keep the rows of
+    other models already in ``out_dir`` (models in the order of ``_common.MODELS``)."""
+    summary, per_prompt = summary[CAUSAL_COLUMNS], per_prompt[["model", "prompt", "original", *BANDS]]
+    if replace_rows:
+        for name, new in (("band_ablation_causal.csv", "summary"), ("band_ablation_causal_prompts.csv", "per_prompt")):
+            f = out_dir / name
+            if f.exists():
+                old = pd.read_csv(f)
+                cur = summary if new == "summary" else per_prompt
+                cur = pd.concat([old[~old["model"].isin(cur["model"])], cur], ignore_index=True)
+                order = {m: i for i, m in enumerate(MODELS)}
+                cur = cur.sort_values("model", key=lambda c: c.map(order), kind="stable").reset_index(drop=True)
+                if new == "summary":
+                    summary = cur
+                else:
+                    per_prompt = cur
+    summary.round(5).to_csv(out_dir / "band_ablation_causal.csv", index=False)
+    per_prompt.round(5).to_csv(out_dir / "band_ablation_causal_prompts.csv", index=False)
+    return summary
+
+
+def causal_only(args) -> dict:
+    """``--causal-only``: the causal NLL table of each of ``--models`` (no scans), merged into the tables in ``--out``."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    sums, pers = [], []
+    for name in args.models:
+        if not interp.models.is_installed(name):
+            print(f"{name}: not installed, skipped")
+            continue
+        t0 = time.perf_counter()
+        model = interp.load_model(name, device="cpu")
+        p = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
+        per = causal_nll(model, p, band_variants(model.card.n_rotary_planes)).assign(model=name)
+        sums.append(causal_summary(per, boot_index(len(p)), int(p[0].numel())).assign(model=name))
+        pers.append(per)
+        print(f"{name}: causal {time.perf_counter() - t0:.1f} s", flush=True)
+    c = write_causal(args.out, pd.concat(sums, ignore_index=True), pd.concat(pers, ignore_index=True), replace_rows=True)
+    print(c.to_string(index=False, float_format=lambda v: f"{v:.4f}"), flush=True)
+    return {"causal": c}
+
+
 def table5(table: pd.DataFrame, top: int = 3) -> pd.DataFrame:
     """Top ``top`` SDHs per (model, lag) with their ablated scores (004 Table 5's layout)."""
     rows = table.sort_values("original", ascending=False).groupby(["model", "delta"], sort=True).head(top)
@@ -190,11 +236,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
                     help="also the causal ablation (band_ablation_causal.csv; default on, --no-causal skips it)")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
+    ap.add_argument("--causal-only", action="store_true",
+                    help="only the causal ablation of --models, replacing their rows in the causal tables in --out (no scans)")
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
+    if args.causal_only:
+        return causal_only(args)
     tables, boots, causal, causal_prompts = [], [], [], []
     for name in args.models:
         if not interp.models.is_installed(name):
@@ -208,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
             causal.append(r["causal"])
             causal_prompts.append(r["causal_prompts"])
             msg += f"; causal {r['causal_seconds']:.1f} s"
-        print(msg)
+        print(msg, flush=True)
     table = pd.concat(tables, ignore_index=True)
     table.round(5).to_csv(args.out / "band_ablation_heads.csv", index=False)
     t5 = table5(table)
@@ -219,11 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
     save_figure(fig8(table), args.out, "band_ablation_fig8")
     out = {"table": table, "table5": t5, "summary": s}
     if causal:
-        c = pd.concat(causal, ignore_index=True)
-        c = c[["model", "band", "layers", "prompts", "tokens", "nll_original", "nll", "delta_nll", "delta_lo", "delta_hi"]]
-        c.round(5).to_csv(args.out / "band_ablation_causal.csv", index=False)
-        cp = pd.concat(causal_prompts, ignore_index=True)
-        cp[["model", "prompt", "original", *BANDS]].round(5).to_csv(args.out / "band_ablation_causal_prompts.csv", index=False)
+        c = write_causal(args.out, pd.concat(causal, ignore_index=True), pd.concat(causal_prompts, ignore_index=True))
         print(c.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         out["causal"] = c
     return out
