@@ -13,7 +13,8 @@ the largest difference per head (the tests run it on a short length).
 Writes ``figures/key_norm_length.csv``: ``model, length, prompts, measure`` (``key_norm_first`` / ``key_norm_rest``),
 ``median``, ``q25``, ``q75`` over the query heads (a kv head's value counts once per query head, as in the sweep's
 head table), plus ``boot_lo`` / ``boot_hi``: 95% percentile interval of the median over a bootstrap of the prompts
-(with two prompts a crude interval: it spans the two prompts' own medians at most).
+(with two prompts a crude interval: it spans the two prompts' own medians at most), and ``prompt_tokens`` (the
+length of the drawn prompts whose prefixes are used).
 
     python analyses/key_norm_length.py [--models smollm2-135m] [--lengths 512,...,16384] [--prompts 2] [--check 512] [--quick]
 """
@@ -89,6 +90,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--lengths", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--check", type=int, default=0, help="also compare with a geometry scan at this length")
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="draw prompts of this many tokens and use their prefixes (default: the longest length); the sweep of "
+                         "docs/results/paper-001.md drew 16384-token prompts")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -103,10 +107,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             continue
         t0 = time.perf_counter()
         model = interp.load_model(name, device="cpu")
-        p = interp.corpus.prompts(model, "random" if args.quick else "pydoc", args.prompts, max(lengths), beyond_context=True)
-        norms = np.stack([key_norms(model, t) for t in p])
+        n_draw = max(args.prompt_tokens, max(lengths))
+        p = interp.corpus.prompts(model, "random" if args.quick else "pydoc", args.prompts, n_draw, beyond_context=True)
+        norms = np.stack([key_norms(model, t[: max(lengths)]) for t in p])
         kv = kv_index(model.card).numpy()
-        df = table(name, norms, np.asarray(kv), lengths)
+        df = table(name, norms, np.asarray(kv), lengths).assign(prompt_tokens=n_draw)
         frames.append(df)
         msg = f"{name}: {len(p)} prompts x {max(lengths)} tokens in {time.perf_counter() - t0:.0f} s"
         if args.check:
