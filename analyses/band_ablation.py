@@ -9,29 +9,55 @@ then
 - ``figures/band_ablation_fig8.png`` (+ ``.html``): like 004 Fig. 8, box plots of ablated / original per
   band and model, over all SDHs; Gemma-3's sliding-window layers (base 1e4) and global layers (base 1e6)
   are separate groups because their frequencies differ;
-- ``figures/band_ablation_summary.csv``: median and mean ratio per (model, layer type, band);
-- with ``--causal``: ``figures/band_ablation_causal.csv``, the model itself run with each band unrotated
-  in all layers (mean next-token NLL in nats).
+- ``figures/band_ablation_summary.csv``: median and mean ratio per (model, layer type, band), with a
+  bootstrap interval of the median (``median_lo``, ``median_hi``: 95% percentile interval over prompts,
+  ``BOOT`` resamples, seed 0; the SDHs and their lags stay those of the full sample, each resample
+  re-averages every SDH's per-prompt scores and takes the median ratio again);
+- ``figures/band_ablation_causal.csv`` (``--no-causal`` skips it), the model itself run with each band unrotated
+  in all layers (``interp.hooks.intervene.rope_intervention``): mean next-token NLL in nats per predicted
+  token, ``nll_original``, ``nll``, ``delta_nll`` (the numbers of ``causal_ablation``'s summary, computed per
+  prompt with the same ``mean_nll``) and a 95% bootstrap interval of ``delta_nll`` over prompts
+  (``delta_lo``, ``delta_hi``; paired: each resample takes the same prompts with and without the band).
 
-    python analyses/band_ablation.py [--prompts 8] [--tokens 1024] [--causal] [--quick] [--out figures]
+Each prompt is scanned on its own and the scans are merged (``interp.merge_results``: the sums add exactly),
+so the per-prompt scores the bootstrap needs come from the same run as the tables.
+
+    python analyses/band_ablation.py [--prompts 8] [--tokens 1024] [--no-causal] [--quick] [--out figures]
+    python analyses/band_ablation.py --causal-only [--models ...]   # only the causal tables, rows of these models replaced
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import torch
 
 import interp
-from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation
+from interp.experiments.ablation import band_ablation_table, band_variants
+from interp.hooks.intervene import mean_nll, rope_intervention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import parser, save_figure  # noqa: E402
+from _common import MODELS, parser, save_figure  # noqa: E402
 
 BANDS = ["wo_high", "wo_medium", "wo_low"]
+BOOT = 10000  # bootstrap resamples (percentile intervals, numpy seed 0)
+
+
+def boot_index(n: int, reps: int = BOOT, seed: int = 0) -> np.ndarray:
+    """``[reps, n]`` prompt indices drawn with replacement (the same draws for every statistic of a model)."""
+    return np.random.default_rng(seed).integers(0, n, size=(reps, n))
+
+
+def interval(values: np.ndarray) -> tuple[float, float]:
+    """95% percentile interval of bootstrap replicates."""
+    lo, hi = np.nanpercentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def layer_type(model, layer: int) -> str:
@@ -42,23 +68,124 @@ def layer_type(model, layer: int) -> str:
     return "sliding" if w[layer] is not None else "global"
 
 
+def per_prompt_scores(res: interp.ScanResult, variants) -> dict[str, np.ndarray]:
+    """``[layer, head, delta]`` slash scores of a one-prompt scan: ``original`` and one entry per variant."""
+    out = {"original": res.scores.numpy()}
+    for v in variants:
+        out[v.name] = res.variant_scores(v.name).numpy()
+    return out
+
+
+def boot_ratio_medians(table: pd.DataFrame, scores: list[dict[str, np.ndarray]], idx: np.ndarray) -> pd.DataFrame:
+    """Bootstrap replicates of the median ratio per (layer type, band): ``[reps]`` per row, as a tidy frame.
+
+    ``scores[p][name][l, h, d]`` are prompt p's scores; each replicate averages the SDHs' scores over the drawn
+    prompts (all prompts have the same length, so this is the scan's mean over prompts) and takes the median of
+    ablated / original over the SDHs of each layer type.
+    """
+    l, h, d = table["layer"].to_numpy(), table["head"].to_numpy(), table["delta"].to_numpy().astype(int)
+    per = {k: np.stack([s[k][l, h, d] for s in scores]) for k in ["original", *BANDS]}  # [prompt, sdh]
+    orig = per["original"][idx].mean(1)  # [reps, sdh]
+    rows = []
+    for t in sorted(table["layer_type"].unique()):
+        m = (table["layer_type"] == t).to_numpy()
+        for b in BANDS:
+            rep = np.median(per[b][idx].mean(1)[:, m] / orig[:, m], axis=1)
+            rows.append({"layer_type": t, "band": b, "reps": rep})
+    return pd.DataFrame(rows)
+
+
+def causal_nll(model, prompts, variants) -> pd.DataFrame:
+    """Per prompt: next-token NLL of the model as is and with each variant in all layers (``mean_nll`` per prompt)."""
+    rows = []
+    for i, p in enumerate(prompts):
+        row = {"prompt": i, "original": mean_nll(model, [p])}
+        for v in variants:
+            with rope_intervention(model, v):
+                row[v.name] = mean_nll(model, [p])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def causal_summary(per: pd.DataFrame, idx: np.ndarray, n_tokens: int) -> pd.DataFrame:
+    """``band, layers, prompts, tokens, nll_original, nll, delta_nll, delta_lo, delta_hi`` (equal-length prompts:
+    the token-weighted mean of ``causal_ablation`` is the mean of the per-prompt means)."""
+    rows = []
+    o = per["original"].to_numpy()
+    for b in BANDS:
+        x = per[b].to_numpy()
+        lo, hi = interval((x - o)[idx].mean(1))
+        rows.append({"band": b, "layers": "all", "prompts": len(per), "tokens": n_tokens, "nll_original": o.mean(),
+                     "nll": x.mean(), "delta_nll": (x - o).mean(), "delta_lo": lo, "delta_hi": hi})
+    return pd.DataFrame(rows)
+
+
 def run_model(name: str, prompts: int, tokens: int, causal: bool) -> dict:
     model = interp.load_model(name, device="cpu")
     p = interp.corpus.prompts(model, "pydoc", prompts, tokens)
     cfg = interp.ScanConfig(variants=band_variants(model.card.n_rotary_planes))
     t0 = time.perf_counter()
-    res = interp.scan(model, p, cfg, meta={"corpus": "pydoc"})
+    one = [interp.scan(model, [p[i]], cfg, meta={"corpus": "pydoc"}, prompt_ids=[i]) for i in range(len(p))]
+    res = interp.merge_results(one)
     t_scan = time.perf_counter() - t0
     table = band_ablation_table(res)
     table.insert(0, "model", name)
     table.insert(1, "layer_type", [layer_type(model, l) for l in table["layer"]])
-    out = {"table": table, "seconds": t_scan, "n_heads": model.card.n_layers * model.card.n_heads}
+    idx = boot_index(len(p))
+    boot = boot_ratio_medians(table, [per_prompt_scores(r, cfg.variants) for r in one], idx).assign(model=name)
+    out = {"table": table, "boot": boot, "seconds": t_scan, "n_heads": model.card.n_layers * model.card.n_heads}
     if causal:
         t0 = time.perf_counter()
-        c = causal_ablation(model, p, cfg.variants, baseline=res)
-        out["causal"] = c.summary.assign(model=name)
+        per = causal_nll(model, p, cfg.variants)
+        out["causal"] = causal_summary(per, idx, int(p[0].numel())).assign(model=name)
+        out["causal_prompts"] = per.assign(model=name)
         out["causal_seconds"] = time.perf_counter() - t0
     return out
+
+
+CAUSAL_COLUMNS = ["model", "band", "layers", "prompts", "tokens", "nll_original", "nll", "delta_nll", "delta_lo", "delta_hi"]
+
+
+def write_causal(out_dir: Path, summary: pd.DataFrame, per_prompt: pd.DataFrame, replace_rows: bool = False) -> pd.DataFrame:
+    """Write ``band_ablation_causal.csv`` and ``band_ablation_causal_prompts.csv``; with ``replace_rows`` keep the rows of
+    other models already in ``out_dir`` (models in the order of ``_common.MODELS``)."""
+    summary, per_prompt = summary[CAUSAL_COLUMNS], per_prompt[["model", "prompt", "original", *BANDS]]
+    if replace_rows:
+        for name, new in (("band_ablation_causal.csv", "summary"), ("band_ablation_causal_prompts.csv", "per_prompt")):
+            f = out_dir / name
+            if f.exists():
+                old = pd.read_csv(f)
+                cur = summary if new == "summary" else per_prompt
+                cur = pd.concat([old[~old["model"].isin(cur["model"])], cur], ignore_index=True)
+                order = {m: i for i, m in enumerate(MODELS)}
+                cur = cur.sort_values("model", key=lambda c: c.map(order), kind="stable").reset_index(drop=True)
+                if new == "summary":
+                    summary = cur
+                else:
+                    per_prompt = cur
+    summary.round(5).to_csv(out_dir / "band_ablation_causal.csv", index=False)
+    per_prompt.round(5).to_csv(out_dir / "band_ablation_causal_prompts.csv", index=False)
+    return summary
+
+
+def causal_only(args) -> dict:
+    """``--causal-only``: the causal NLL table of each of ``--models`` (no scans), merged into the tables in ``--out``."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    sums, pers = [], []
+    for name in args.models:
+        if not interp.models.is_installed(name):
+            print(f"{name}: not installed, skipped")
+            continue
+        t0 = time.perf_counter()
+        model = interp.load_model(name, device="cpu")
+        p = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
+        per = causal_nll(model, p, band_variants(model.card.n_rotary_planes)).assign(model=name)
+        sums.append(causal_summary(per, boot_index(len(p)), int(p[0].numel())).assign(model=name))
+        pers.append(per)
+        print(f"{name}: causal {time.perf_counter() - t0:.1f} s", flush=True)
+    c = write_causal(args.out, pd.concat(sums, ignore_index=True), pd.concat(pers, ignore_index=True), replace_rows=True)
+    print(c.to_string(index=False, float_format=lambda v: f"{v:.4f}"), flush=True)
+    return {"causal": c}
 
 
 def table5(table: pd.DataFrame, top: int = 3) -> pd.DataFrame:
@@ -68,14 +195,20 @@ def table5(table: pd.DataFrame, top: int = 3) -> pd.DataFrame:
     return rows[["model", "layer_type", "delta", "head_name", "original", *BANDS]].sort_values(["model", "delta", "original"], ascending=[True, True, False])
 
 
-def summary(table: pd.DataFrame) -> pd.DataFrame:
+def summary(table: pd.DataFrame, boot: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (model, layer type, band): SDHs, median / mean ratio, share below 0.9, and with ``boot`` (the replicates
+    of ``boot_ratio_medians``) the 95% bootstrap interval of the median (``median_lo``, ``median_hi``)."""
     g = table.groupby(["model", "layer_type"])
     rows = []
     for (m, t), df in g:
         for b in BANDS:
             r = df[f"ratio_{b}"]
-            rows.append({"model": m, "layer_type": t, "band": b, "sdh": len(df), "median_ratio": r.median(), "mean_ratio": r.mean(),
-                         "frac_below_0.9": (r < 0.9).mean()})
+            row = {"model": m, "layer_type": t, "band": b, "sdh": len(df), "median_ratio": r.median(), "mean_ratio": r.mean(),
+                   "frac_below_0.9": (r < 0.9).mean()}
+            if boot is not None:
+                rep = boot[(boot["model"] == m) & (boot["layer_type"] == t) & (boot["band"] == b)]["reps"].iloc[0]
+                row["median_lo"], row["median_hi"] = interval(rep)
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -100,35 +233,43 @@ def main(argv: list[str] | None = None) -> dict:
     ap = parser(__doc__, "smollm2-135m only, 2 prompts x 256 tokens (for tests)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=1024)
-    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                    help="also the causal ablation (band_ablation_causal.csv; default on, --no-causal skips it)")
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
+    ap.add_argument("--causal-only", action="store_true",
+                    help="only the causal ablation of --models, replacing their rows in the causal tables in --out (no scans)")
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256
     args.out.mkdir(parents=True, exist_ok=True)
-    tables, causal = [], []
+    torch.set_num_threads(args.threads)
+    if args.causal_only:
+        return causal_only(args)
+    tables, boots, causal, causal_prompts = [], [], [], []
     for name in args.models:
         if not interp.models.is_installed(name):
             print(f"{name}: not installed, skipped ({name} install: see `interp models`)")
             continue
         r = run_model(name, args.prompts, args.tokens, args.causal)
         tables.append(r["table"])
+        boots.append(r["boot"])
         msg = f"{name}: {len(r['table'])} SDHs of {r['n_heads']} heads; scan with 3 band ablations {r['seconds']:.1f} s"
         if "causal" in r:
             causal.append(r["causal"])
+            causal_prompts.append(r["causal_prompts"])
             msg += f"; causal {r['causal_seconds']:.1f} s"
-        print(msg)
+        print(msg, flush=True)
     table = pd.concat(tables, ignore_index=True)
     table.round(5).to_csv(args.out / "band_ablation_heads.csv", index=False)
     t5 = table5(table)
     t5.round(4).to_csv(args.out / "band_ablation_table5.csv", index=False)
-    s = summary(table)
+    s = summary(table, pd.concat(boots, ignore_index=True))
     s.round(4).to_csv(args.out / "band_ablation_summary.csv", index=False)
     print(s.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     save_figure(fig8(table), args.out, "band_ablation_fig8")
     out = {"table": table, "table5": t5, "summary": s}
     if causal:
-        c = pd.concat(causal, ignore_index=True)[["model", "band", "layers", "nll_original", "nll", "delta_nll"]]
-        c.to_csv(args.out / "band_ablation_causal.csv", index=False)
+        c = write_causal(args.out, pd.concat(causal, ignore_index=True), pd.concat(causal_prompts, ignore_index=True))
         print(c.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         out["causal"] = c
     return out

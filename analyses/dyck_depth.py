@@ -24,7 +24,9 @@ above a position-only rule lost when the head alone is mean-ablated, ``score`` =
 trained model and on the same model at initialisation. Models train in ``--jobs`` worker processes.
 Writes ``dyck.csv`` (``model, pe, train_depth, test_set, decoding, accuracy, n, train_words, final_loss, seed,
 width``), ``dyck_counting.csv`` (per head, at init and trained: ``uniformity, r2, shape, acc, acc_ablated, blind,
-use, score``) and ``dyck.{html,png}``.
+use, score``), ``dyck_layer_ablation.csv`` (its trained whole-layer rows with the derived ``delta_acc`` = accuracy
+with the layer mean-ablated minus without, and ``margin`` = accuracy minus the position-only rule's ``blind``) and
+``dyck.{html,png}``. ``--replot`` redraws the figure and rewrites ``dyck_layer_ablation.csv`` from the CSVs in ``--out``.
 
     python analyses/dyck_depth.py [--steps 1000] [--pes learned rope nope] [--depths 8 4] [--pool 1000]
         [--seeds 0 1 2] [--widths 2 8 32 128] [--jobs 2] [--quick] [--out DIR]
@@ -141,11 +143,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--seed", type=int, default=0, help="seed of the test prefixes and the closed forms' training word")
     ap.add_argument("--m", type=int, default=1024, help="test prefixes per set (002: 1024)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (one torch thread each); 1: in this process")
-    ap.add_argument("--replot", action="store_true", help="only redraw dyck.{html,png} from the CSVs in --out (e.g. of a stopped run)")
+    ap.add_argument("--replot", action="store_true", help="only redraw dyck.{html,png} and rewrite dyck_layer_ablation.csv from the CSVs in --out (e.g. of a stopped run)")
     args = ap.parse_args(argv)
     if args.replot:
         df, cnt = pd.read_csv(args.out / "dyck.csv"), pd.read_csv(args.out / "dyck_counting.csv")
         save_figure(figure(df, cnt, args.d_model), args.out, "dyck")
+        layer_ablation(cnt).round(4).to_csv(args.out / "dyck_layer_ablation.csv", index=False)
         return df
     with one_thread():  # tiny tensors: a second thread only waits on the busy shared cores
         return run(args)
@@ -182,6 +185,16 @@ def train_one(job: tuple) -> tuple[list[dict], list[pd.DataFrame], str]:
     return rows, counts, line
 
 
+def layer_ablation(cnt: pd.DataFrame) -> pd.DataFrame:
+    """Trained models' whole-layer rows (``head == -1``) of ``dyck_counting.csv`` with ``delta_acc = acc_ablated - acc``
+    (what mean-ablating the layer does to forced-bracket accuracy) and ``margin = acc - blind`` (over the
+    position-only rule; ``use`` needs >= 0.05)."""
+    t = cnt[(cnt["state"] == "trained") & (cnt["head"] == -1)]
+    t = t.assign(delta_acc=t["acc_ablated"] - t["acc"], margin=t["acc"] - t["blind"])
+    return t[["model", "train_depth", "width", "seed", "layer", "acc", "acc_ablated", "delta_acc", "blind", "margin", "shape", "use",
+              "score"]].reset_index(drop=True)
+
+
 def write_tables(closed: list[dict], done: list[tuple], out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write ``dyck.csv`` and ``dyck_counting.csv`` from the closed-form rows and the finished models (sorted)."""
     df = pd.DataFrame(closed + [row for r, _, _ in done for row in r])
@@ -199,6 +212,7 @@ def write_tables(closed: list[dict], done: list[tuple], out: Path) -> tuple[pd.D
                                                     "r2", "shape", "acc", "acc_ablated", "blind", "use", "score"]]
         cnt = cnt.sort_values(["seed", "width", "model", "train_depth"], ascending=[True, False, True, False], kind="stable")
         cnt.to_csv(out / "dyck_counting.csv", index=False)
+        layer_ablation(cnt).round(4).to_csv(out / "dyck_layer_ablation.csv", index=False)
     return df, cnt
 
 

@@ -8,7 +8,7 @@ middle), sink weight with / without RoPE (Fig. 6 left), max q.k per query (Fig. 
 score (Fig. 11); and a second figure at the longest length: key norm by position and the normalised
 attention received by position (Fig. 5), median over heads. Writes ``figures/frayed_rope_<model>.{html,png}``,
 ``figures/frayed_rope_fig5_<model>.{html,png}`` and ``figures/frayed_rope_summary.csv`` (median per
-model, length and measurement).
+model, length and measurement; also Davies-Bouldin and key norms, ``EXTRA``).
 
     python analyses/frayed_rope.py [--models ...] [--lengths 512,1024,...] [--prompts 2] [--load smollm2-135m=DIR] [--quick]
 """
@@ -40,9 +40,13 @@ def _color(col: str) -> str:
     return COLORS["pre"] if col.endswith(("_pre", "_norope")) else COLORS["rot"]
 
 
+# summarised beside the plotted columns (the Davies-Bouldin and key-norm rows of docs/results/paper-001.md)
+EXTRA = ["davies_bouldin_pre", "davies_bouldin_rot", "key_norm_first", "key_norm_rest"]
+
+
 def summary(table: pd.DataFrame, model: str) -> pd.DataFrame:
-    """Median and quartiles over heads per length of every plotted column (tidy)."""
-    cols = [c for _, cs in PANELS for c in cs]
+    """Median and quartiles over heads per length of every plotted column and of ``EXTRA`` (tidy)."""
+    cols = [c for _, cs in PANELS for c in cs] + [c for c in EXTRA if c in table.columns]
     g = table.groupby("length")[cols]
     out = []
     for q, name in ((0.5, "median"), (0.25, "q25"), (0.75, "q75")):

@@ -11,12 +11,16 @@ token with the model ``smollm2-135m`` (default) under four masks:
 - ``l_short_first``: plus ``X_1`` alone (control, not in the paper: without BOS, ``X_1`` is the attention sink).
 
 Writes ``figures/loo.csv`` (one row per example; ``J`` and ``random`` are the paper's 1-based indices of ``X``),
-``figures/loo_summary.csv`` (means, correlations) and ``figures/loo_fig2.png`` (+ ``.html``): the scatter of 003
+``figures/loo_summary.csv`` (means, correlations; 95% percentile bootstrap intervals over the windows, 10000
+resamples, numpy seed 0, in ``*_lo`` / ``*_hi`` columns for ``pearson_sparse``, ``pearson_random``, the difference
+``pearson_sparse - pearson_random`` (paired: the same windows) and ``recovered_sparse``; ``pearson_sparse_wo_max``:
+Pearson without the window of largest ``gain_sparse``) and ``figures/loo_fig2.png`` (+ ``.html``): the scatter of 003
 Fig. 2 with App. F's axes, x = ``L_short - L_long`` (gain from all far tokens), y = ``L_short - L_short,sparse``
 (gain from the 5 influential ones), grey: y = ``L_short - L_short,random``. Note smollm2 was trained on long
 contexts (like the paper's h_long, Fig. 7a), not at context 64 with PoSE (the paper's h_short, Fig. 2).
 
     python analyses/leave_one_out.py [--examples 32] [--seed 0] [--device cpu] [--threads N] [--quick] [--out figures]
+    python analyses/leave_one_out.py --from-table figures/loo.csv   # only the summary (and figure) from a saved loo.csv
 """
 
 from __future__ import annotations
@@ -37,9 +41,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers b
 from _common import parser, save_figure  # noqa: E402
 
 
+BOOT = 10000
+
+
+def bootstrap(df: pd.DataFrame, reps: int = BOOT, seed: int = 0) -> dict[str, float]:
+    """95% percentile intervals over windows (resampled with replacement, the same draws for every statistic)."""
+    x, y, yr = (df[c].to_numpy() for c in ("gain_all", "gain_sparse", "gain_random"))
+    idx = np.random.default_rng(seed).integers(0, len(df), size=(reps, len(df)))
+
+    def corr(a, b):
+        a, b = a - a.mean(1, keepdims=True), b - b.mean(1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (a * b).sum(1) / np.sqrt((a**2).sum(1) * (b**2).sum(1))
+
+    xs, ys, yrs = x[idx], y[idx], yr[idx]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reps_ = {"pearson_sparse": corr(xs, ys), "pearson_random": corr(xs, yrs), "pearson_diff": corr(xs, ys) - corr(xs, yrs),
+                 "recovered_sparse": ys.mean(1) / xs.mean(1)}
+    out = {}
+    for k, v in reps_.items():
+        out[f"{k}_lo"], out[f"{k}_hi"] = (float(q) for q in np.nanpercentile(v, [2.5, 97.5]))
+    return out
+
+
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
     """One row: mean losses (nats), mean gains, Pearson / Spearman correlations of the Fig. 2 scatter and the
-    fraction of the far-token gain the 5 chosen (or random) tokens recover (ratio of mean gains)."""
+    fraction of the far-token gain the 5 chosen (or random) tokens recover (ratio of mean gains), with bootstrap
+    intervals over the windows (``bootstrap``) and the Pearson correlation without the window of largest y."""
     x, y, yr = df["gain_all"], df["gain_sparse"], df["gain_random"]
     s = {"examples": len(df)}
     s.update({f"mean_{c}": df[c].mean() for c in ["l_short", "l_long", "l_short_sparse", "l_short_random", "l_short_first"]})
@@ -51,6 +79,10 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
               "median_abs_y_minus_x": (y - x).abs().median(),
               "frac_sparse_beats_long": float((df["l_short_sparse"] < df["l_long"]).mean()),
               "frac_J_has_X1": float(df["J"].map(lambda s: 1 in [int(v) for v in s.split(";")]).mean())})
+    s["pearson_diff"] = s["pearson_sparse"] - s["pearson_random"]
+    keep = y != y.max()
+    s["pearson_sparse_wo_max"] = x[keep].corr(y[keep])
+    s.update(bootstrap(df))
     return pd.DataFrame([s])
 
 
@@ -109,7 +141,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--batch-size", type=int, default=8, help="rows per leave-one-out forward")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--from-table", type=Path, default=None, help="summarise a saved loo.csv (no model run); keeps the "
+                    "run time of the loo_summary.csv beside it")
     args = ap.parse_args(argv)
+    if args.from_table is not None:
+        return from_table(args.from_table, args.out, args.lbar, args.L, args.k)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
@@ -128,6 +164,21 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     df, summary = pd.concat(frames, ignore_index=True), pd.concat(sums, ignore_index=True)
     df.to_csv(args.out / "loo.csv", index=False)
     summary.to_csv(args.out / "loo_summary.csv", index=False)
+    return df
+
+
+def from_table(path: Path, out: Path, lbar: int, L: int, k: int) -> pd.DataFrame:
+    """Rewrite ``loo_summary.csv`` (and the figure) in ``out`` from a saved ``loo.csv``, one model at a time."""
+    df = pd.read_csv(path)
+    old = path.with_name("loo_summary.csv")
+    seconds = pd.read_csv(old).set_index("model")["seconds"].to_dict() if old.exists() else {}
+    out.mkdir(parents=True, exist_ok=True)
+    sums = []
+    for name, d in df.groupby("model", sort=False):
+        s = summarise(d.reset_index(drop=True)).assign(model=name, seconds=seconds.get(name, np.nan))
+        sums.append(s)
+        save_figure(figure(d, s.iloc[0], name, lbar, L, k), out, "loo_fig2" if df["model"].nunique() == 1 else f"loo_fig2_{name}")
+    pd.concat(sums, ignore_index=True).to_csv(out / "loo_summary.csv", index=False)
     return df
 
 

@@ -30,8 +30,10 @@ SCRIPTS = {
     "massive_values": HERE / "massive_values.py",
     "retrieval_heads": HERE / "retrieval_heads.py",
     "shape_zoo": HERE / "shape_zoo.py",
+    "key_norm_length": HERE / "key_norm_length.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
+    "copy_2d_rope_seeds": HERE / "copy_2d_rope_seeds.py",
     "leave_one_out": HERE / "leave_one_out.py",
     "dyck_depth": HERE / "dyck_depth.py",
     "sparse_parity": HERE / "sparse_parity.py",

@@ -14,6 +14,22 @@ the state also counts the prompts whose own score is >= kappa_long (``long_hits`
 those prompts' scores and ids (which name the prompt when it is the only one) and the sum of squared
 per-prompt scores (spread). A long lag counts as slash-dominant only when it holds in at least
 ``long_min_frac`` (default 2/3) of the prompts that reach it (``consistent_long_columns``).
+
+Leave-one-prompt-out (``long_leave_one_out``, default on; issue 21): the fraction rule alone lets one prompt's
+repeat pass at a neighbouring lag (smollm2-135m, 3 x 6000 pydoc tokens: L7H7 flagged at lag 1231, mean 0.0011,
+held in 2 of 3 prompts, while prompt 2 alone scores 0.020 at 1230). So a long lag reached by ``n >= 2`` prompts
+must also survive dropping any one of them: for every prompt p, (a) the other prompts' hit fraction is
+>= ``long_min_frac`` and (b) the other prompts' mean score is >= ``kappa_long``. With ``h`` hits, (a) is exactly
+``(h - 1) / (n - 1) >= long_min_frac`` (dropping a hit is the worst case). (b) needs the largest per-prompt
+score ``m``, which additive sums do not keep; the rule uses an upper bound ``m_ub`` from the sums it has:
+``min(mu + sigma * sqrt(n - 1), H - (h - 1) * kappa_long)`` (Samuelson's inequality with the mean ``mu`` and the
+population spread ``sigma`` of the per-prompt scores, from ``slash_mean_sum`` and ``slash_sq_sum``; and the
+sum ``H`` of the hits' scores, ``long_hit_score``, less the other hits' floor; ``kappa_long`` when ``h = 0``), and
+asks ``(S - m_ub) / (n - 1) >= kappa_long`` (``S`` the sum of scores). ``m_ub >= m``, so the test is conservative:
+a lag that passes it passes the exact leave-one-out test; it can refuse a lag whose exact leave-one-out mean
+just clears ``kappa_long`` when the prompts' scores are very uneven (for ``n = 2`` the bound is exact). With one
+prompt there is nothing to leave out and the plain fraction rule applies (scan >= 3 prompts for the rule to
+separate a repeat from a position). ``long_leave_one_out=False`` restores the plain fraction rule.
 """
 
 from __future__ import annotations
@@ -94,11 +110,42 @@ def sdh_columns(scores: Float[torch.Tensor, "layer head delta"], lags: range, ka
     return {f"{prefix}score": best, f"{prefix}delta": (arg + lo).double(), flag: best >= kappa}
 
 
-def consistent_long_columns(state, lags: range, kappa: float, min_frac: float) -> dict[str, torch.Tensor]:
+def loo_mean_bound(state, lo: int, hi: int, kappa: float) -> Float[torch.Tensor, "layer head lag"]:
+    """Lower bound of the smallest leave-one-prompt-out mean score at lags ``lo..hi-1`` (module docstring).
+
+    ``(S - m_ub) / (n - 1)`` with ``m_ub`` an upper bound of the largest per-prompt score from the additive sums;
+    NaN where fewer than two prompts reach the lag.
+    """
+    n = state["slash_prompts"][lo:hi]
+    S = state["slash_mean_sum"][..., lo:hi]
+    mu = S / n.clamp(min=1)
+    var = (state["slash_sq_sum"][..., lo:hi] / n.clamp(min=1) - mu**2).clamp(min=0)
+    samuelson = mu + (var * (n - 1).clamp(min=0)).sqrt()
+    h = state["long_hits"][..., lo:hi]
+    hit_bound = torch.where(h >= 1, state["long_hit_score"][..., lo:hi] - (h - 1) * kappa, torch.full_like(h, kappa))
+    m_ub = torch.minimum(samuelson, hit_bound)
+    return torch.where(n >= 2, (S - m_ub) / (n - 1).clamp(min=1), torch.nan)
+
+
+def consistent_lags(state, lo: int, hi: int, kappa: float, min_frac: float, leave_one_out: bool = True) -> torch.Tensor:
+    """``[layer, head, lag]`` True where a long lag in ``lo..hi-1`` passes the consistency rule (module docstring):
+    hit fraction >= ``min_frac`` and, with ``leave_one_out`` and >= 2 prompts, the same after dropping any prompt
+    (exact) with a leave-one-out mean >= ``kappa`` (``loo_mean_bound``)."""
+    n = state["slash_prompts"][lo:hi]
+    h = state["long_hits"][..., lo:hi]
+    ok = h / n.clamp(min=1) >= min_frac - 1e-12
+    if not leave_one_out:
+        return ok
+    loo = ((h - 1) / (n - 1).clamp(min=1) >= min_frac - 1e-12) & (loo_mean_bound(state, lo, hi, kappa) >= kappa - 1e-15)
+    return torch.where(n >= 2, ok & loo, ok)
+
+
+def consistent_long_columns(state, lags: range, kappa: float, min_frac: float, leave_one_out: bool = True) -> dict[str, torch.Tensor]:
     """Long-range SDH columns under the consistency rule (module docstring), one value per (layer, head).
 
     A lag in ``lags`` is *consistent* when the fraction of prompts (among those long enough to reach it)
-    whose own score is >= ``kappa`` is >= ``min_frac``. Returns ``long_slash_score`` / ``long_slash_delta``
+    whose own score is >= ``kappa`` is >= ``min_frac`` and, with ``leave_one_out``, when that and a mean >= ``kappa``
+    survive dropping any one prompt (``consistent_lags``). Returns ``long_slash_score`` / ``long_slash_delta``
     (best mean score among consistent lags; NaN where a head has none), ``long_slash_prompt_frac`` (the
     fraction at that lag), ``is_sdh_long`` (a consistent lag with mean >= kappa), and the unfiltered best lag
     (``long_any_slash_score``, ``long_any_slash_delta``, ``long_any_prompt_frac``: the pre-rule definition,
@@ -119,7 +166,8 @@ def consistent_long_columns(state, lags: range, kappa: float, min_frac: float) -
     sc = scores[..., lo:hi]
     frac = state["long_hits"][..., lo:hi] / state["slash_prompts"][lo:hi].clamp(min=1)
     out = {}
-    for tag, eligible in (("long_slash", frac >= min_frac - 1e-12), ("long_any_slash", torch.ones_like(frac, dtype=torch.bool))):
+    rule = consistent_lags(state, lo, hi, kappa, min_frac, leave_one_out)
+    for tag, eligible in (("long_slash", rule), ("long_any_slash", torch.ones_like(frac, dtype=torch.bool))):
         best, arg = torch.where(eligible, sc.nan_to_num(nan=-1.0), -1.0).max(dim=-1)
         none = best < 0
         out[f"{tag}_score"] = torch.where(none, torch.nan, best)
@@ -163,6 +211,8 @@ class Slash(Measure):
         Option("kappa_long", 1e-3, "SDH threshold for long lags (004 App. C: 1e-3)"),
         Option("long_min_frac", 2 / 3, "a long lag is slash-dominant only if it is so in at least this fraction of the prompts "
                "that reach it (one prompt's repeated passage must not make a long-range SDH)", check=_check_frac),
+        Option("long_leave_one_out", True, "a long lag must also hold (fraction and mean) after dropping any one prompt, "
+               "so one prompt's repeat cannot pass at a neighbouring lag (module docstring; False: fraction rule only)"),
         Option("skip", SKIP, "positions 0..skip-1 are excluded from slash scores and InP sums (004: positions 1-4)"),
     )
     products = ("lag",)
@@ -174,7 +224,7 @@ class Slash(Measure):
             Column("slash_score", "best average slash score over the short lags (004 Def. 3.1, eq. 6)"),
             Column("slash_delta", "lag of slash_score", heatmap=False),
             Column("is_sdh", "slash-dominant head: slash_score >= kappa (0.1) (004 Def. 3.1)", heatmap=False),
-            Column("long_slash_score", "best average slash score over long lags that hold in >= long_min_frac of the prompts (004 App. C)"),
+            Column("long_slash_score", "best average slash score over long lags that hold in >= long_min_frac of the prompts, also with any one prompt left out (004 App. C)"),
             Column("long_slash_delta", "lag of long_slash_score", heatmap=False),
             Column("long_slash_prompt_frac", "fraction of the prompts reaching long_slash_delta whose own score there is >= kappa_long"),
             Column("long_any_slash_score", "best average slash score over all long lags, without the consistency rule (004 App. C)"),
@@ -202,7 +252,7 @@ class Slash(Measure):
         cols = {f"slash_d{d}": scores[..., d] if d < n else torch.full((L, H), torch.nan) for d in cfg.short_lags}
         short = range(min(cfg.short_lags), max(cfg.short_lags) + 1)
         cols.update(sdh_columns(scores, short, cfg.kappa, "slash_", "is_sdh"))
-        cols.update(consistent_long_columns(s.state, long_lag_range(s), cfg.kappa_long, cfg.long_min_frac))
+        cols.update(consistent_long_columns(s.state, long_lag_range(s), cfg.kappa_long, cfg.long_min_frac, cfg.long_leave_one_out))
         return cols
 
 
@@ -218,7 +268,7 @@ def long_lag_table(s: Summed, top: int = 5) -> pd.DataFrame:
     """Top ``top`` long lags per head by mean score, with the consistency rule's view of each lag.
 
     Columns: ``layer, head, rank, delta, slash_score`` (mean over prompts), ``prompt_frac`` (fraction of
-    prompts whose own score at the lag is >= kappa_long), ``consistent`` (``prompt_frac >= long_min_frac``),
+    prompts whose own score at the lag is >= kappa_long), ``consistent`` (the consistency rule, ``consistent_lags``),
     ``is_sdh_long`` (consistent and mean >= kappa_long), ``slash_sd`` (spread of the per-prompt scores).
     Empty if the prompts are too short for long lags.
     """
@@ -233,6 +283,7 @@ def long_lag_table(s: Summed, top: int = 5) -> pd.DataFrame:
     frac = st["long_hits"][..., lo:hi] / n
     mean = st["slash_mean_sum"][..., lo:hi] / n
     sd = (st["slash_sq_sum"][..., lo:hi] / n - mean**2).clamp(min=0).sqrt()
+    rule = consistent_lags(st, lo, hi, cfg.kappa_long, cfg.long_min_frac, cfg.long_leave_one_out)
     k = min(top, window.shape[-1])
     val, idx = window.topk(k, dim=-1)
     L, H = val.shape[:2]
@@ -244,7 +295,7 @@ def long_lag_table(s: Summed, top: int = 5) -> pd.DataFrame:
                     continue
                 i = int(idx[l, h, r])
                 f = float(frac[l, h, i])
-                ok = f >= cfg.long_min_frac - 1e-12
+                ok = bool(rule[l, h, i])
                 rows.append((l, h, r + 1, i + lo, float(val[l, h, r]), f, ok, ok and float(val[l, h, r]) >= cfg.kappa_long, float(sd[l, h, i])))
     return pd.DataFrame(rows, columns=cols)
 

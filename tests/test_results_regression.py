@@ -1,0 +1,163 @@
+"""Regression tests on the committed results (issue 21, item 3).
+
+Two kinds:
+
+- **Schema**: an analysis re-run in its quick mode writes tables with exactly the columns (same names, same order)
+  of the committed tables of the same name in ``figures/``, so a script and its committed output cannot drift apart.
+- **Same computation, smaller**: where a piece of a committed number can be recomputed exactly in seconds (one
+  prompt of the causal ablation, the 512-token prefix of the key-norm sweep, the seed-0 copier against copy.csv),
+  the test recomputes it and compares within a stated numerical tolerance: the rounding of the CSV plus float32
+  differences between BLAS thread counts. The tolerances are not fitted to the results; each is far below the
+  spread it guards (stated beside it). Quick runs on other models or sizes are not compared numerically: they are
+  not the same computation.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from interp.models import is_installed
+from tests.conftest import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+FIG = ROOT / "figures"
+ANALYSES = ROOT / "analyses"
+
+pytestmark = pytest.mark.slow
+
+# script -> the committed tables its quick mode writes (same file names)
+SCHEMA = {
+    "band_ablation.py": ["band_ablation_heads.csv", "band_ablation_table5.csv", "band_ablation_summary.csv", "band_ablation_causal.csv",
+                         "band_ablation_causal_prompts.csv"],
+    "key_norm_length.py": ["key_norm_length.csv"],
+    "copy_2d_rope_seeds.py": ["copy_2d_rope_seeds.csv", "copy_2d_rope_heads.csv", "copy_2d_rope_seeds_summary.csv"],
+    "ood_ratio.py": ["ood_ratio.csv", "ood_ratio_summary.csv"],
+    "compare_zoo.py": ["compare_zoo.csv", "compare_zoo_summary.csv"],
+    "frayed_rope.py": ["frayed_rope_summary.csv"],
+}
+NEEDS = {"band_ablation.py": "smollm2-135m", "ood_ratio.py": "smollm2-135m", "compare_zoo.py": "smollm2-135m"}
+# committed tables written by an older version of their script, with the command that regenerates them; the schema
+# test xfails on these (and fails once they match, so the entry must then go)
+PENDING_REGEN = {
+    "band_ablation_summary.csv": "the bootstrap columns median_lo / median_hi are new (issue 21); regenerate with "
+                                 "`python analyses/band_ablation.py` (all three zoo models; about 10 min on an idle 2-core machine)",
+}
+
+
+@pytest.mark.parametrize("script", sorted(SCHEMA))
+def test_quick_run_writes_the_committed_schema(script, tmp_path):
+    if script in NEEDS and not is_installed(NEEDS[script]):
+        pytest.skip(f"{NEEDS[script]} not installed")
+    load_script(ANALYSES / script).main(["--quick", "--out", str(tmp_path)])
+    pending = []
+    for name in SCHEMA[script]:
+        committed = pd.read_csv(FIG / name, nrows=1)
+        quick = pd.read_csv(tmp_path / name, nrows=1)
+        same = list(quick.columns) == list(committed.columns)
+        if name in PENDING_REGEN:
+            assert not same, f"{name} now matches its script: remove it from PENDING_REGEN"
+            pending.append(f"{name}: {PENDING_REGEN[name]}")
+            continue
+        assert same, f"{script}: {name} columns differ from the committed table"
+    if pending:
+        pytest.xfail("; ".join(pending))
+
+
+@pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
+def test_causal_nll_of_one_prompt_matches_the_committed_table():
+    """Prompt 0 of the committed smollm2-135m causal ablation (8 pydoc prompts x 1024 tokens), recomputed: the NLL with
+    and without each band. Tolerance 2e-4 nats: the CSV's 5 decimals plus float32 logits under another thread count;
+    the committed deltas differ between bands by >= 5e-3 nats and their bootstrap intervals are wider than 2e-4."""
+    import interp
+
+    ba = load_script(ANALYSES / "band_ablation.py")
+    model = interp.load_model("smollm2-135m", device="cpu")
+    p = interp.corpus.prompts(model, "pydoc", 8, 1024)
+    from interp.experiments.ablation import band_variants
+
+    got = ba.causal_nll(model, [p[0]], band_variants(model.card.n_rotary_planes)).iloc[0]
+    ref = pd.read_csv(FIG / "band_ablation_causal_prompts.csv")
+    ref = ref[(ref["model"] == "smollm2-135m") & (ref["prompt"] == 0)].iloc[0]
+    for col in ["original", *ba.BANDS]:
+        assert got[col] == pytest.approx(ref[col], abs=2e-4), col
+
+
+def test_causal_table_is_the_mean_of_its_prompts():
+    """``band_ablation_causal.csv`` is the per-prompt table's mean (equal-length prompts), interval around the point."""
+    c = pd.read_csv(FIG / "band_ablation_causal.csv")
+    per = pd.read_csv(FIG / "band_ablation_causal_prompts.csv")
+    for r in c.itertuples():
+        p = per[per["model"] == r.model]
+        assert len(p) == r.prompts
+        assert r.nll_original == pytest.approx(p["original"].mean(), abs=2e-5)
+        assert r.delta_nll == pytest.approx((p[r.band] - p["original"]).mean(), abs=2e-5)
+        assert r.delta_lo <= r.delta_nll <= r.delta_hi
+
+
+def test_band_ablation_summary_reads_the_heads_table():
+    """The committed summary's medians are the medians of the committed per-head ratios (same run, 4-5 decimals),
+    and each bootstrap interval (where the table has them) contains its point estimate."""
+    heads = pd.read_csv(FIG / "band_ablation_heads.csv")
+    s = pd.read_csv(FIG / "band_ablation_summary.csv")
+    for r in s.itertuples():
+        h = heads[(heads["model"] == r.model) & (heads["layer_type"] == r.layer_type)]
+        assert len(h) == r.sdh
+        assert r.median_ratio == pytest.approx(h[f"ratio_{r.band}"].median(), abs=1e-4)
+        if "median_lo" in s.columns:  # written since issue 21 (see PENDING_REGEN)
+            assert r.median_lo - 1e-4 <= r.median_ratio <= r.median_hi + 1e-4
+
+
+@pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
+def test_key_norm_at_512_tokens_matches_the_committed_sweep():
+    """The committed key_norm_length.csv row at 512 tokens is the 512-token prefix of the same 16384-token prompts:
+    recomputed from one 512-token forward per prompt. Tolerance 2e-4: the CSV's 4 decimals plus float32 keys; the
+    quoted values (5.57 / 16.9) are printed at 2-3 digits, and the length trend they show is 0.9 over 512..16384."""
+    import interp
+
+    kn = load_script(ANALYSES / "key_norm_length.py")
+    from interp.measures.base import kv_index
+
+    model = interp.load_model("smollm2-135m", device="cpu")
+    ref = pd.read_csv(FIG / "key_norm_length.csv")
+    ref = ref[(ref["model"] == "smollm2-135m") & (ref["length"] == 512)].set_index("measure")
+    drawn = int(ref["prompt_tokens"].iloc[0])
+    p = interp.corpus.prompts(model, "pydoc", int(ref["prompts"].iloc[0]), drawn, beyond_context=True)
+    norms = np.stack([kn.key_norms(model, t[:512]) for t in p])
+    first, rest = kn.per_head(norms, kv_index(model.card).numpy(), 512)
+    assert np.median(first) == pytest.approx(ref.loc["key_norm_first", "median"], abs=2e-4)
+    assert np.median(rest) == pytest.approx(ref.loc["key_norm_rest", "median"], abs=2e-4)
+
+
+def test_copier_seed_0_is_the_committed_copy_run():
+    """copy_2d_rope_seeds.py trains the 2D-RoPE copier exactly as copy_2d_rope.py does: its seed 0 rows equal copy.csv's
+    (same seeded training and test strings; exact match is a count over 50-200 strings, compared exactly)."""
+    seeds = pd.read_csv(FIG / "copy_2d_rope_seeds.csv")
+    copy = pd.read_csv(FIG / "copy.csv")
+    copy = copy[(copy["pe"] == "rope2d") & (copy["train_distribution"] == "imbalanced") & (copy["seed"] == 0)]
+    keys = ["distribution", "length_lo", "length_hi"]
+    m = seeds[seeds["seed"] == 0].merge(copy, on=keys, suffixes=("", "_copy"))
+    assert len(m) == len(copy) > 0
+    np.testing.assert_array_equal(m["exact_match"].to_numpy(), m["exact_match_copy"].to_numpy())
+
+
+def test_loo_summary_is_the_summary_of_loo_csv():
+    """leave_one_out.summarise on the committed per-window table gives the committed summary, bootstrap intervals
+    included (same seeded computation: compared to 1e-9), and each interval contains its point estimate."""
+    mod = load_script(ANALYSES / "leave_one_out.py")
+    df = pd.read_csv(FIG / "loo.csv")
+    ref = pd.read_csv(FIG / "loo_summary.csv").iloc[0]
+    got = mod.summarise(df[df["model"] == ref["model"]].reset_index(drop=True)).iloc[0]
+    for col in got.index:
+        assert got[col] == pytest.approx(ref[col], rel=1e-9, abs=1e-12), col
+    for k in ("pearson_sparse", "pearson_random", "pearson_diff", "recovered_sparse"):
+        assert ref[f"{k}_lo"] <= ref[k] <= ref[f"{k}_hi"]
+
+
+def test_dyck_layer_ablation_is_derived_from_the_counting_table():
+    mod = load_script(ANALYSES / "dyck_depth.py")
+    got = mod.layer_ablation(pd.read_csv(FIG / "dyck_counting.csv")).round(4)
+    ref = pd.read_csv(FIG / "dyck_layer_ablation.csv")
+    assert list(got.columns) == list(ref.columns)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), ref, check_dtype=False, atol=1e-4)
