@@ -215,4 +215,6 @@ def test_row_products_are_empty_unless_asked_for():
     assert _python_path(q, k, 0.3, None, None, 8, rows=()) == {}
     lean = kernels.stream_layer(q, k, k, 0.3, None, None, 8, 4, 4, entropy=True)  # one product alone
     assert got[8].shape == (0, 20) and lean[9].shape == (4, 2) and lean[10].shape == (0, 20)
-    torch.testing.assert_close(lean[1], got[1])  # the other reductions do not change
+    # the other reductions do not change (up to float rounding: the threads' per-lag partial sums are added in the
+    # order the dynamic OpenMP schedule hands out tiles)
+    torch.testing.assert_close(lean[1], got[1], rtol=1e-6, atol=1e-6)
