@@ -40,10 +40,7 @@ SCHEMA = {
 NEEDS = {"band_ablation.py": "smollm2-135m", "ood_ratio.py": "smollm2-135m", "compare_zoo.py": "smollm2-135m"}
 # committed tables written by an older version of their script, with the command that regenerates them; the schema
 # test xfails on these (and fails once they match, so the entry must then go)
-PENDING_REGEN = {
-    "band_ablation_summary.csv": "the bootstrap columns median_lo / median_hi are new (issue 21); regenerate with "
-                                 "`python analyses/band_ablation.py` (all three zoo models; about 10 min on an idle 2-core machine)",
-}
+PENDING_REGEN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("script", sorted(SCHEMA))
