@@ -87,6 +87,8 @@ def pick_engine(engine: str, q: torch.Tensor) -> str:
 
 
 ROW_PRODUCTS = ("lse", "entropy", "key_mass")  # products computed from each row's normaliser and probabilities
+# the fused CPU kernel's outputs, in order (interp.engine.kernels.stream_layer); the Triton twin returns them by name
+KERNEL_OUTPUTS = ("out", "lag", "key0", "map", "key0_pre", "inp_signed", "inp_abs", "token_match", "lse", "entropy", "key_mass")
 
 
 class Collector:
@@ -154,9 +156,8 @@ class Collector:
                                 f"(overflow); scan in bfloat16 or float32 (--dtype)")
         q_pre, k_pre = call.pre()
         f32 = lambda t: t.float()  # noqa: E731
-        native = (call.query, call.key, call.value) if pick_engine(self.requested, call.query) == "triton" else None
         return self.attend(call.layer, f32(call.query), f32(call.key), f32(call.value), call.scale, call.window, call.softcap,
-                           q_pre, k_pre, native)
+                           q_pre, k_pre, (call.query, call.key, call.value))
 
     def attend(self, layer, q_rot, k_rot, v, scale, window, softcap, q_pre, k_pre, native=None):
         """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``.
@@ -205,26 +206,25 @@ class Collector:
         """
         cfg, pairing = self.cfg, self.card.pairing
         engine = pick_engine(self.requested, q)
-        if engine == "triton":
-            return self._triton(q, k, v, scale, window, softcap, pre, inp, tokens, native, rows)
         if engine == "cpu-kernel" and not use_kernel(q):
             raise ConfigError("--engine cpu-kernel needs float32 CPU tensors and a C++ compiler; use --engine auto")
-        if engine == "cpu-kernel":
-            self.engine = "fused-cpu"
-            out, lag, sink, amap, sink_pre, inp_s, inp_a, tm, lse, ent, km = kernels.stream_layer(
-                q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, *(pre or (None, None)),
-                inp_pairing=pairing if inp else None, tokens=tokens, lse="lse" in rows, entropy="entropy" in rows,
-                key_mass="key_mass" in rows)
-            products = {"lag": lag, "key0": sink, "map": amap}
-            products.update({name: t for name, t in (("lse", lse), ("entropy", ent), ("key_mass", km)) if name in rows})
-            if tokens is not None:
-                products["token_match"] = tm
-            if pre is not None:
-                products["key0_pre"] = sink_pre
-            if inp:
-                n = inp_measure.pair_count(q.shape[0], cfg.skip, window)
-                products["inp"] = {"signed": inp_s, "abs": inp_a, "count": torch.full((q.shape[1],), float(n), dtype=torch.float64)}
-            return out, products
+        if engine in ("triton", "cpu-kernel"):
+            q_pre, k_pre = pre or (None, None)
+            pairing_arg = pairing if inp else None
+            if engine == "triton":
+                self.engine = "triton"
+                if native is not None:  # the model's own dtype: 16-bit products on tensor cores
+                    q, k, v = native
+                r = triton_attention.stream_layer(q, k, v, scale, window, softcap, None if q.is_cuda else 16, cfg.skip,
+                                                  cfg.map_size, q_pre, k_pre, inp_pairing=pairing_arg, tokens=tokens,
+                                                  entropy="entropy" in rows, key_mass="key_mass" in rows)
+            else:
+                self.engine = "fused-cpu"
+                r = dict(zip(KERNEL_OUTPUTS, kernels.stream_layer(
+                    q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, q_pre, k_pre,
+                    inp_pairing=pairing_arg, tokens=tokens, lse="lse" in rows, entropy="entropy" in rows,
+                    key_mass="key_mass" in rows)))
+            return self._kernel_products(r, q, window, pre is not None, inp, tokens is not None, rows)
         self.engine = "python"
         out, lag, sink, amap, tm, extra = self._blocks(q, k, v, scale, window, softcap, tokens, rows)
         products = {"lag": lag, "key0": sink, "map": amap, **extra}
@@ -236,32 +236,22 @@ class Collector:
             products["inp"] = inp_measure.inp_sums(q, k, pairing, cfg.skip, window, cfg.block_size)
         return out, products
 
-    def _triton(self, q, k, v, scale, window, softcap, pre, inp, tokens, native, rows=frozenset()):
-        """The Triton twin (``interp.engine.kernels.triton_attention``): same products, same layouts, float32 out."""
-        self.engine = "triton"
-        if native is not None:
-            q, k, v = native
-        pairing = self.card.pairing
-        q_pre, k_pre = pre or (None, None)
-        if inp and pairing == "interleaved":  # the kernel's planes are (l, l + d/2): permute channels (dot products unchanged)
-            from interp.rope import plane_channels
-            perm = plane_channels(q.shape[-1], "interleaved").T.reshape(-1).to(q.device)
-            q, k = q[..., perm], k[..., perm]
-        r = triton_attention.stream_layer(q, k, v, scale, window, softcap, None if q.is_cuda else 16, self.cfg.skip,
-                                          self.cfg.map_size, q_pre, k_pre, inp=inp, tokens=tokens,
-                                          entropy="entropy" in rows, key_mass="key_mass" in rows)
+    def _kernel_products(self, r: dict, q, window, pre: bool, inp: bool, tokens: bool, rows) -> tuple:
+        """``(out, products)`` from a kernel's outputs named as ``KERNEL_OUTPUTS`` (the fused CPU kernel's and the Triton
+        twin's are the same reductions in the same layouts); ``out`` is ``[0, head, d_head]`` without v."""
         out = r["out"]
-        products = {"lag": r["lag"], "key0": r["key0"], "map": r["map"]}
-        products.update({name: r[name] for name in rows})
-        if tokens is not None:
+        if out is None:
+            out = q.new_empty(0, q.shape[1], q.shape[2], dtype=torch.float32)
+        products = {"lag": r["lag"], "key0": r["key0"], "map": r["map"], **{name: r[name] for name in rows}}
+        if tokens:
             products["token_match"] = r["token_match"]
-        if pre is not None:
+        if pre:
             products["key0_pre"] = r["key0_pre"]
         if inp:
             n = inp_measure.pair_count(q.shape[0], self.cfg.skip, window)
             products["inp"] = {"signed": r["inp_signed"], "abs": r["inp_abs"],
                                "count": torch.full((q.shape[1],), float(n), dtype=torch.float64, device=q.device)}
-        return (out if out is not None else q.new_empty(0, q.shape[1], q.shape[2], dtype=torch.float32)), products
+        return out, products
 
     def _variants(self, layer, q_pre, k_pre, scale, window, softcap) -> list:
         """Counterfactual passes: ``[(lag, key0)]`` per variant, attention with the variant's rotation of the pre-RoPE q/k (no P @ V)."""

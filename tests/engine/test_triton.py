@@ -32,7 +32,7 @@ DEVICES = [DEV]
 def _check_all(q, k, v, tok, scale, window, softcap, block, skip=4, M=8):
     """Every output of ``triton_attention.stream_layer`` against full patterns (``_reference``) and brute-force sums."""
     N, H, _ = q.shape
-    r = ta.stream_layer(q, k, v, scale, window, softcap, block, skip, M, q_pre=q * 0.5, k_pre=k * 0.7, inp=True,
+    r = ta.stream_layer(q, k, v, scale, window, softcap, block, skip, M, q_pre=q * 0.5, k_pre=k * 0.7, inp_pairing="rotate_half",
                         tokens=tok, entropy=True, key_mass=True)
     out, lag, key0, amap, key0_pre = _reference(q.cpu(), k.cpu(), v.cpu(), (q * 0.5).cpu(), (k * 0.7).cpu(), scale,
                                                 window, softcap, skip, M)
@@ -79,7 +79,7 @@ def test_triton_equals_the_cpu_kernel():
     q, k, v = torch.randn(50, 4, 16, generator=g), torch.randn(50, 2, 16, generator=g), torch.randn(50, 2, 16, generator=g)
     tok = torch.randint(0, 4, (50,), generator=g)
     d = lambda t: t.to(DEV)  # noqa: E731
-    r = ta.stream_layer(d(q), d(k), d(v), 0.3, 11, 4.0, 16, 4, 8, q_pre=d(q.flip(0)), k_pre=d(k.flip(0)), inp=True, tokens=d(tok))
+    r = ta.stream_layer(d(q), d(k), d(v), 0.3, 11, 4.0, 16, 4, 8, q_pre=d(q.flip(0)), k_pre=d(k.flip(0)), inp_pairing="rotate_half", tokens=d(tok))
     c = kernels.stream_layer(q, k, v, 0.3, 11, 4.0, 7, 4, 8, q.flip(0), k.flip(0), inp_pairing="rotate_half", tokens=tok)
     for name, ref in zip(["out", "lag", "key0", "map", "key0_pre", "inp_signed", "inp_abs", "token_match"], c):
         torch.testing.assert_close(r[name].cpu().double(), ref.double(), rtol=2e-5, atol=2e-5, msg=name)

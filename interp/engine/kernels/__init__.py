@@ -113,6 +113,21 @@ def available() -> bool:
     return ok
 
 
+def rotate_half_planes(q: torch.Tensor, k: torch.Tensor, pairing: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k with their channels ordered so that rotation plane l is channels ``(l, l + d_head/2)``, the layout both
+    kernels sum InP over: interleaved pairs are permuted (dot products are unchanged), rotate_half and None pass.
+
+    Raises:
+        ValueError: an unknown pairing.
+    """
+    if pairing == "interleaved":
+        perm = plane_channels(q.shape[-1], "interleaved").T.reshape(-1).to(q.device)
+        return q[..., perm], k[..., perm]
+    if pairing not in (None, "rotate_half"):
+        raise ValueError(f"unknown pairing {pairing!r}")
+    return q, k
+
+
 def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | None, block: int, skip: int, map_size: int,
                  q_pre=None, k_pre=None, inp_pairing: str | None = None, tokens=None, lse: bool = False, entropy: bool = False,
                  key_mass: bool = False):
@@ -149,11 +164,7 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     if (v is not None and v.shape != k.shape) or (q_pre is None) != (k_pre is None) or (q_pre is not None and (q_pre.shape != q.shape or k_pre.shape != k.shape)):
         raise ShapeError(f"v must match k {tuple(k.shape)} and q_pre/k_pre must match q/k (or both be None); got v {None if v is None else tuple(v.shape)}, "
                          f"q_pre {None if q_pre is None else tuple(q_pre.shape)}, k_pre {None if k_pre is None else tuple(k_pre.shape)}")
-    if inp_pairing == "interleaved":  # the kernel's planes are (l, l + d/2): permute channels (dot products are unchanged)
-        perm = plane_channels(q.shape[-1], "interleaved").T.reshape(-1).to(q.device)
-        q, k = q[..., perm], k[..., perm]
-    elif inp_pairing not in (None, "rotate_half"):
-        raise ValueError(f"unknown pairing {inp_pairing!r}")
+    q, k = rotate_half_planes(q, k, inp_pairing)
     t = lambda x: None if x is None else x.transpose(0, 1)  # noqa: E731  the kernel reads each head's rows contiguously
     return torch.ops.interp_kernels.stream_layer(t(q), t(k), t(v), float(scale), int(window or 0), float(softcap or 0.0),
                                                  int(block), int(skip), int(map_size), t(q_pre), t(k_pre), inp_pairing is not None,
