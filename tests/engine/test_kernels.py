@@ -27,18 +27,16 @@ def _reference(q, k, v, qp, kp, scale, window, softcap, skip, M):
     return out, lag, A[:, :, 0], amap, sink_pre
 
 
+
+# random layers for the kernel-against-pattern tests: length, kv heads, group size, d_head, tile, window, soft-cap
+SHAPES = dict(n=st.integers(1, 90), kv=st.sampled_from([1, 2, 3]), group=st.sampled_from([1, 2, 3]),
+              d=st.sampled_from([4, 16, 24]), block=st.integers(1, 40), window=st.sampled_from([None, 1, 5, 17]),
+              softcap=st.sampled_from([None, 3.0]), seed=st.integers(0, 2**16))
+
+
 @needs_kernel
 @settings(max_examples=25, deadline=None)
-@given(
-    n=st.integers(1, 90),
-    kv=st.sampled_from([1, 2, 3]),
-    group=st.sampled_from([1, 2, 3]),
-    d=st.sampled_from([4, 16, 24]),
-    block=st.integers(1, 40),
-    window=st.sampled_from([None, 1, 5, 17]),
-    softcap=st.sampled_from([None, 3.0]),
-    seed=st.integers(0, 2**16),
-)
+@given(**SHAPES)
 def test_stream_layer_equals_full_patterns(n, kv, group, d, block, window, softcap, seed):
     g = torch.Generator().manual_seed(seed)
     H = kv * group
@@ -177,16 +175,7 @@ def _python_path(q, k, scale, window, softcap, block, rows=("lse", "entropy", "k
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    n=st.integers(1, 90),
-    kv=st.sampled_from([1, 2, 3]),
-    group=st.sampled_from([1, 2, 3]),
-    d=st.sampled_from([4, 16, 24]),
-    block=st.integers(1, 40),
-    window=st.sampled_from([None, 1, 5, 17]),
-    softcap=st.sampled_from([None, 3.0]),
-    seed=st.integers(0, 2**16),
-)
+@given(**SHAPES)
 def test_row_products_kernel_python_path_and_patterns_agree(n, kv, group, d, block, window, softcap, seed):
     """lse, entropy and key_mass (interp.measures.PRODUCTS): fused kernel == Python block path == materialised pattern."""
     g = torch.Generator().manual_seed(seed)
