@@ -254,16 +254,18 @@ class Collector:
         return out, products
 
     def _variants(self, layer, q_pre, k_pre, scale, window, softcap) -> list:
-        """Counterfactual passes: ``[(lag, key0)]`` per variant, attention with the variant's rotation of the pre-RoPE q/k (no P @ V)."""
+        """Counterfactual passes: ``[(lag, key0, token_match)]`` per variant, attention with the variant's rotation of the
+        pre-RoPE q/k (no P @ V); ``token_match`` ``[head, 3]`` when the token_match measure is on, else None."""
         N = q_pre.shape[0]
         pos = torch.arange(N, device=q_pre.device)
         spec = self.specs[layer]
+        tokens = self.tokens if "token_match" in self.needs else None
         out = []
         for var in self.cfg.variants:
             q = rotate_variant(q_pre, pos, spec, var, self.tokens)
             k = rotate_variant(k_pre, pos, spec, var, self.tokens)
-            _, p = self._attention(q, k, None, scale * var.logit_scale(N), window, softcap, None)
-            out.append((p["lag"], p["key0"]))
+            _, p = self._attention(q, k, None, scale * var.logit_scale(N), window, softcap, None, tokens=tokens)
+            out.append((p["lag"], p["key0"], p.get("token_match")))
         return out
 
     def _blocks(self, q_rot, k_rot, v, scale, window, softcap, tokens=None, rows=frozenset()):

@@ -13,7 +13,8 @@ Registered families, in ``heads.csv`` column order: ``slash`` (average slash sco
 key-0 norm; 004, 001), ``sinks`` (sink weight with and without RoPE, sink flag; 001, Gu et al. 2024), ``sink_rate`` (per-prompt sink hits; Gu et al. 2024),
 ``inp`` (optional: per-plane InP, active planes; 004 eq. 8-9), ``geometry`` (optional: cloud and sink geometry
 across length; 001), ``cone`` (mean pairwise cosines; 001 Fig. 2), ``token_match`` (optional: previous-token, duplicate-token,
-induction scores; TransformerLens ``head_detector``), ``massive`` (optional: per-channel norms of q, k, v and massive
+induction scores; TransformerLens ``head_detector``), ``echo`` (optional: echo score on repeated prompts;
+RazorAttention), ``massive`` (optional: per-channel norms of q, k, v and massive
 channels; Jin et al. 2025), ``shape`` (optional: entropy, vertical mass, A-shape and vertical-slash coverage with
 MInference's estimate, distant mass; StreamingLLM, MInference, DuoAttention), ``maps`` (average attention of the first
 positions; no columns), ``variants`` (counterfactual RoPE variants; 004 Table 5; no columns of its own).
@@ -40,7 +41,7 @@ register = REGISTRY.register
 
 
 def _builtin() -> None:
-    from interp.measures import cone, geometry, inp, maps, massive, norms, shape, sinks, slash, spectrum, token_match, variants
+    from interp.measures import cone, echo, geometry, inp, maps, massive, norms, shape, sinks, slash, spectrum, token_match, variants
 
     register(slash.Slash())
     register(spectrum.Spectrum())
@@ -51,6 +52,7 @@ def _builtin() -> None:
     register(geometry.Geometry())
     register(cone.Cone())
     register(token_match.TokenMatch())
+    register(echo.Echo())
     register(massive.Massive())
     register(shape.Shape())
     register(maps.Maps())

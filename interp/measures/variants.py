@@ -8,7 +8,9 @@ exactly and block-wise like the model's own, and hands its per-lag sums and key-
 (ratios to the original scores), so this measure has none of its own.
 
 State: ``variant_slash_mean_sum [variant, layer, head, pos]`` (per-prompt mean of ``A[i, i - delta]`` as in
-``interp.measures.slash``) and ``variant_sink [variant, layer, head]`` (per-prompt mean of ``A[i, 0]``).
+``interp.measures.slash``), ``variant_sink [variant, layer, head]`` (per-prompt mean of ``A[i, 0]``) and, when the
+``token_match`` measure is on, ``variant_token_match [variant, layer, head, 3]`` (its per-prompt scores under the
+variant: previous-token, duplicate-token, induction; ``interp.measures.token_match``).
 """
 
 from __future__ import annotations
@@ -48,15 +50,22 @@ class Variants(Measure):
 
     def entries(self, dims, cfg):
         V, L, H, N = len(cfg.variants), dims.n_layers, dims.n_heads, dims.n_pos
-        return [Entry("variant_slash_mean_sum", (V, L, H, N), layer_axis=1, per_position=True),
-                Entry("variant_sink", (V, L, H), layer_axis=1)]
+        out = [Entry("variant_slash_mean_sum", (V, L, H, N), layer_axis=1, per_position=True),
+               Entry("variant_sink", (V, L, H), layer_axis=1)]
+        if cfg.token_match:
+            out.append(Entry("variant_token_match", (V, L, H, 3), layer_axis=1))
+        return out
 
     def update(self, x):
-        lags, sinks = [], []
-        for lag, key0 in x.products["variants"]:
+        lags, sinks, tms = [], [], []
+        for lag, key0, tm in x.products["variants"]:
             lags.append(prompt_slash(lag, x.n_pos, x.config.skip)["slash_mean_sum"])
             sinks.append(key0.double().mean(-1))
-        return {"variant_slash_mean_sum": torch.stack(lags), "variant_sink": torch.stack(sinks)}
+            tms.append(tm)
+        out = {"variant_slash_mean_sum": torch.stack(lags), "variant_sink": torch.stack(sinks)}
+        if x.config.token_match:
+            out["variant_token_match"] = torch.stack(tms).double() / x.n_pos
+        return out
 
     def compute(self, s):
         return {}
@@ -81,6 +90,18 @@ def variant_scores(s, name: str) -> Float[torch.Tensor, "layer head delta"]:
         KeyError: the scan has no variant of that name.
     """
     return lag_means(s.state, s.state["variant_slash_mean_sum"][variant_index(s.config, name)])
+
+
+def variant_token_scores(s, name: str) -> Float[torch.Tensor, "layer head 3"]:
+    """``[layer, head, 3]`` previous-token, duplicate-token and induction scores (``interp.measures.token_match``,
+    TransformerLens ``detect_head``) under the variant ``name``, mean over prompts.
+
+    Raises:
+        KeyError: the scan has no variant of that name, or ran without the token_match measure.
+    """
+    if "variant_token_match" not in s.state:
+        raise KeyError("this scan has no token-matched scores under its variants: scan with ScanConfig(token_match=True)")
+    return s.state["variant_token_match"][variant_index(s.config, name)] / s.state["prompts"][0]
 
 
 def variant_sink_weight(s, name: str) -> Float[torch.Tensor, "layer head"]:

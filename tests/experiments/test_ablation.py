@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
 from interp.hooks.intervene import mean_nll, rope_intervention
@@ -45,3 +46,25 @@ def test_causal_ablation_matches_a_direct_run(tiny_llama):
     assert row.band == "wo_high" and row.layers == "0,1" and row.nll == pytest.approx(want)
     assert row.nll_original == pytest.approx(mean_nll(tiny_llama, prompts)) and row.delta_nll == pytest.approx(want - row.nll_original)
     np.testing.assert_allclose(res.heads["sink"].to_numpy(), direct["sink_weight"].to_numpy(), atol=1e-9)
+
+
+def test_variant_token_scores_equal_a_causal_run_in_layer_0(tiny_llama):
+    """Layer 0's counterfactual token-matched scores are the scores the model itself gives with the variant applied in
+    layer 0 (its input does not depend on the rotation), computed by a separate scan of the intervened model."""
+    from interp.measures.token_match import COLUMNS
+    from interp.measures.variants import variant_token_scores
+
+    r = random_tokens(13, seed=4, vocab=40)
+    prompts = [np.concatenate([[1], r, r, r]), random_tokens(30, seed=2, vocab=30)]
+    prompts = [torch.as_tensor(p) for p in prompts]
+    variants = band_variants(8, n_remove=2)
+    res = scan(tiny_llama, prompts, ScanConfig(block_size=8, map_size=8, token_match=True, variants=variants))
+    base = res.heads
+    for i, var in enumerate(variants):
+        got = variant_token_scores(res, var.name)[0].numpy()  # [head, 3]
+        with rope_intervention(tiny_llama, var, layers=[0]):
+            direct = scan(tiny_llama, prompts, ScanConfig(block_size=8, map_size=8, token_match=True)).heads
+        d0 = direct[direct["layer"] == 0]
+        for k, col in enumerate(COLUMNS):
+            np.testing.assert_allclose(got[:, k], d0[col].to_numpy(), atol=1e-9, err_msg=f"{var.name} {col}")
+    assert not np.allclose(variant_token_scores(res, "wo_high")[0].numpy()[:, 0], base[base["layer"] == 0]["prev_token_score"])
