@@ -38,7 +38,8 @@ from interp.measures.base import Column, Entry, Measure, Option
 
 def period(tokens: torch.Tensor) -> tuple[int, int] | None:
     """``(s, n)``: the smallest period ``n`` of the prompt after a prefix of ``s`` tokens (``s`` = 0 or 1: a BOS), such
-    that ``tokens[s + n:] == tokens[s:-n]`` and at least two full copies fit (``2 n <= pos - s``); ``None`` if none.
+    that ``tokens[s + n:] == tokens[s:-n]`` and the repeat spans at least half a copy (``pos - s - n >= n / 2``: the
+    last copy of ``interp.corpus``'s repeated-random prompts may be cut short); ``None`` if none.
 
     Args:
         tokens: ``[pos]`` token ids.
@@ -52,7 +53,7 @@ def _period(raw: bytes) -> tuple[int, int] | None:
     t = np.frombuffer(raw, dtype=np.int64)
     N = t.size
     for s in (0, 1):
-        for n in range(1, (N - s) // 2 + 1):
+        for n in range(1, 2 * (N - s) // 3 + 1):
             if np.array_equal(t[s + n:], t[s:N - n]):
                 return s, n
     return None

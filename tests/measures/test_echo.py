@@ -29,6 +29,8 @@ def test_period_and_pairs():
     r = random_tokens(7, seed=1, vocab=50)
     assert period(torch.cat([torch.tensor([0]), r, r, r])) in ((1, 7),)
     assert period(torch.cat([r, r, r[:3]])) == (0, 7)  # truncated last copy
+    assert period(torch.cat([torch.tensor([0]), r, r[:4]])) == (1, 7)  # a copy cut to 4 of 7 tokens still counts
+    assert period(torch.cat([torch.tensor([0]), r, r[:3]])) is None  # less than half a copy repeated
     assert period(random_tokens(40, seed=2, vocab=1000)) is None
     qi, kj = echo_pairs(1 + 3 * 7, 1, 7)
     D = torch.zeros(22, 22)

@@ -1,0 +1,315 @@
+"""Head atlas: every head's scores for the head types the field names, and its role labels, from one text pass and one
+repeated-random pass (and, optionally, the retrieval pass), with the frequency band attribution of each role.
+
+Passes (each an exact streaming ``scan``; nothing materialises ``[head, pos, pos]``):
+
+- **text** (``corpus``, ``prompts`` x ``tokens``): every always-on measure (slash score / SDH, spectrum r1, sinks...),
+  the token-matched scores (``prev_token_score, duplicate_token_score, induction_score``: TransformerLens
+  ``detect_head``), the shape of attention (entropy, vertical mass, A-shape / vertical-slash coverage, distant
+  mass / streaming: StreamingLLM, MInference, DuoAttention) and the per-plane InP (004 eq. 8-9, band use);
+- **repeated-random** (the same count and length; BOS, r, r, ... with ``repeats`` copies): the token-matched scores
+  and RazorAttention's echo score, as ``rr_prev_token_score, rr_duplicate_token_score, rr_induction_score,
+  rr_echo_score`` (names fixed: scripts rely on them);
+- **retrieval** (optional): Wu et al.'s retrieval score on needle-in-a-haystack decoding (``interp.experiments.retrieval``).
+
+With ``ablate`` both scans also carry the three band ablations of 004 (``interp.rope.band_ablations``: high /
+medium / low planes unrotated, counterfactual, from the same pass) and the atlas gains each role score without
+each band (``<score>_wo_high`` ...): which frequencies each head type needs.
+
+Roles (``ROLES``; a head may hold several): ``sdh`` (``is_sdh``, 004 Def. 3.1), ``sink`` (``has_sink``, Gu et al.),
+``previous_token``, ``duplicate_token``, ``induction``, ``echo`` (a score at least ``ROLE_SHARE`` = 0.4 of the share
+of queries that *can* attend such a key: the rule of ARENA's / TransformerLens' induction-head exercises, "mean
+attention on the target over the queries that have one > 0.4", rescaled to ``detect_head``'s mean over all queries),
+``streaming`` (``is_streaming``: distant mass below ``ScanConfig.streaming_threshold``; DuoAttention), ``retrieval``
+(retrieval score > 0.1, Wu et al. 2024 Sec. 2). A head's ``role`` (its colour in the grid) is the first of its roles
+in ``ROLES`` order, most specific first; ``none`` if it has none.
+
+Sits above the scan: it calls ``scan`` / ``run_retrieval`` and reads their results; it never touches the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from interp.engine import ScanConfig, ScanResult, scan
+from interp.measures.echo import period
+from interp.measures.variants import variant_sink_weight, variant_token_scores
+from interp.rope import band_ablations
+
+ROLE_SHARE = 0.4  # ARENA / TransformerLens exercises: mean attention on the target over queries that have one > 0.4
+RETRIEVAL_MIN = 0.1  # Wu et al. 2024 Sec. 2: heads with retrieval score > 0.1
+TOKEN_COLUMNS = ("prev_token_score", "duplicate_token_score", "induction_score")
+RR_COLUMNS = ("rr_prev_token_score", "rr_duplicate_token_score", "rr_induction_score", "rr_echo_score")
+BANDS = ("wo_high", "wo_medium", "wo_low")
+
+
+@dataclass(frozen=True)
+class Role:
+    """A head type: ``name``; ``column``, the atlas score it reads; ``flag``, an existing boolean column that decides it
+    (else ``column >= ROLE_SHARE * attainable[name]``, or ``> RETRIEVAL_MIN`` for retrieval); ``source``; ``rule``
+    (one line for the page and the CSV)."""
+
+    name: str
+    column: str
+    flag: str | None
+    source: str
+    rule: str
+
+
+ROLES: tuple[Role, ...] = (
+    Role("retrieval", "retrieval_score", None, "Wu et al. 2024", f"retrieval_score > {RETRIEVAL_MIN} (needle copying, top-1 attention)"),
+    Role("induction", "rr_induction_score", None, "Olsson et al. 2022; TransformerLens detect_head",
+         f"rr_induction_score >= {ROLE_SHARE} x share of queries with an earlier copy of their token"),
+    Role("echo", "rr_echo_score", None, "RazorAttention (Tang et al. 2024) Sec. 3.3",
+         f"rr_echo_score >= {ROLE_SHARE} x share of queries in a later copy"),
+    Role("duplicate_token", "duplicate_token_score", None, "Wang et al. 2022 (IOI); TransformerLens detect_head",
+         f"duplicate_token_score (text) >= {ROLE_SHARE} x share of queries whose token occurred before"),
+    Role("previous_token", "prev_token_score", None, "TransformerLens detect_head",
+         f"prev_token_score (text) >= {ROLE_SHARE} x (pos - 1) / pos"),
+    Role("sdh", "slash_score", "is_sdh", "paper 004 Def. 3.1", "is_sdh: average slash score >= kappa at a lag 0..4"),
+    Role("streaming", "distant_mass", "is_streaming", "DuoAttention (Xiao et al. 2024); StreamingLLM",
+         "is_streaming: distant mass (outside sink + local window) < streaming_threshold"),
+    Role("sink", "sink_weight", "has_sink", "Gu et al. 2024; Xiao et al. 2023", "has_sink: mean attention on token 0 > sink_eps"),
+)
+ROLE_NAMES = tuple(r.name for r in ROLES)
+
+
+@dataclass(frozen=True)
+class AtlasConfig:
+    """Settings of ``run_atlas``.
+
+    Attributes:
+        corpus: the text corpus (``interp.corpus.CORPORA``, not a random one); prompts, tokens, seed: as ``interp scan``.
+        repeats: copies of r in the repeated-random pass (2: TransformerLens' induction test; RazorAttention: 4).
+        ablate: also the counterfactual band ablations (004 Table 5) in both passes.
+        n_remove: planes left unrotated per band (004: 6).
+        inp: the per-plane InP in the text pass (role against band use; ~+50% time).
+        scan: base ``ScanConfig`` (block size, thresholds); the atlas switches its measures on.
+        retrieval: a ``RetrievalConfig`` to also run the retrieval pass, or None.
+    """
+
+    corpus: str = "pydoc"
+    prompts: int = 8
+    tokens: int = 1024
+    seed: int = 0
+    repeats: int = 2
+    ablate: bool = False
+    n_remove: int = 6
+    inp: bool = True
+    scan: ScanConfig = field(default_factory=ScanConfig)
+    retrieval: object | None = None
+
+
+@dataclass
+class AtlasResult:
+    """``table``: one row per head (``atlas_table``); ``text``, ``rr``: the two scans; ``retrieval``: the retrieval result
+    or None; ``attainable``: the shares the role thresholds scale with; ``seconds``: wall time per pass."""
+
+    table: pd.DataFrame
+    text: ScanResult
+    rr: ScanResult
+    retrieval: object | None
+    attainable: dict[str, float]
+    seconds: dict[str, float]
+    config: AtlasConfig
+
+
+def attainable(prompts: Sequence[torch.Tensor]) -> dict[str, float]:
+    """Mean over prompts of the share of queries that have a target key, per token-matched pattern: ``previous_token``
+    (``(pos - 1) / pos``), ``duplicate_token`` and ``induction`` (the query's token occurred before: both of
+    TransformerLens' patterns mark a key then), ``echo`` (the query lies in a later copy of a periodic prompt,
+    ``interp.measures.echo.period``; 0 for a prompt without a period).
+
+    Args:
+        prompts: ``[pos]`` token tensors (or a ``[prompt, pos]`` tensor).
+    """
+    out = {"previous_token": [], "duplicate_token": [], "induction": [], "echo": []}
+    for p in prompts:
+        t = p.reshape(-1).tolist()
+        N = len(t)
+        seen, earlier = set(), 0
+        for tok in t:
+            earlier += tok in seen
+            seen.add(tok)
+        per = period(p)
+        out["previous_token"].append((N - 1) / N)
+        out["duplicate_token"].append(earlier / N)
+        out["induction"].append(earlier / N)
+        out["echo"].append((N - per[0] - per[1]) / N if per else 0.0)
+    return {k: float(np.mean(v)) for k, v in out.items()}
+
+
+def atlas_config(cfg: AtlasConfig, variants: tuple = ()) -> tuple[ScanConfig, ScanConfig]:
+    """The ``ScanConfig`` of the text pass and of the repeated-random pass."""
+    text = replace(cfg.scan, token_match=True, shape=True, inp=cfg.inp or cfg.scan.inp, variants=variants)
+    rr = replace(cfg.scan, token_match=True, echo=True, variants=variants)
+    return text, rr
+
+
+def _band_columns(res: ScanResult, heads: pd.DataFrame, prefix: str, with_slash: bool) -> dict[str, np.ndarray]:
+    """Each role score under each band ablation: token-matched scores (``prefix`` + name), and on the text pass the slash
+    score at the head's own lag and the sink weight."""
+    out = {}
+    l, h = heads["layer"].to_numpy(), heads["head"].to_numpy()
+    for band in BANDS:
+        tm = variant_token_scores(res, band).numpy()[l, h]  # [heads, 3]
+        for k, col in enumerate(TOKEN_COLUMNS):
+            out[f"{prefix}{col}_{band}"] = tm[:, k]
+        if with_slash:
+            d = heads["slash_delta"].to_numpy()
+            ok = ~np.isnan(d)
+            s = np.full(len(heads), np.nan)
+            s[ok] = res.variant_scores(band).numpy()[l[ok], h[ok], d[ok].astype(int)]
+            out[f"slash_score_{band}"] = s
+            out[f"sink_weight_{band}"] = variant_sink_weight(res, band).numpy()[l, h]
+    return out
+
+
+def atlas_table(text: ScanResult, rr: ScanResult, shares: dict[str, float], retrieval: pd.DataFrame | None = None,
+                text_heads: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per head: ``layer, head, kv_head``, every column of the text pass's ``heads.csv``, the repeated-random
+    pass's ``rr_*`` columns, ``retrieval_score`` (when given), the band-ablated scores (when the scans carry the band
+    variants), one boolean ``role_<name>`` per role of ``ROLES``, ``roles`` (the names joined by ``;``) and ``role``
+    (the first of them in ``ROLES`` order, or ``none``).
+
+    Args:
+        text, rr: the text and repeated-random scans (same model).
+        shares: ``attainable`` of the text prompts under keys ``previous_token`` / ``duplicate_token`` and of the
+            repeated-random prompts under ``rr_induction`` / ``rr_echo``.
+        retrieval: ``RetrievalResult.heads`` (``layer, head, retrieval_score``) or None.
+        text_heads: the text pass's head table if already computed (``text.heads`` otherwise).
+
+    Raises:
+        ValueError: the two scans are of different models.
+    """
+    if text.card.name != rr.card.name or text.card.n_heads != rr.card.n_heads:
+        raise ValueError(f"the text and repeated-random scans are of different models ({text.card.name}, {rr.card.name})")
+    heads = (text.heads if text_heads is None else text_heads).reset_index(drop=True)
+    rh = rr.heads.reset_index(drop=True)
+    t = heads.copy()
+    for col, src in zip(RR_COLUMNS, TOKEN_COLUMNS + ("echo_score",)):
+        t[col] = rh[src].to_numpy()
+    if retrieval is not None:
+        t = t.merge(retrieval[["layer", "head", "retrieval_score"]], on=["layer", "head"], how="left")
+    if any(v.name == "wo_high" for v in text.config.variants):
+        extra = {**_band_columns(text, heads, "", True), **_band_columns(rr, rh, "rr_", False)}
+        t = pd.concat([t, pd.DataFrame(extra, index=t.index)], axis=1)
+    rule = {"previous_token": ROLE_SHARE * shares["previous_token"], "duplicate_token": ROLE_SHARE * shares["duplicate_token"],
+            "induction": ROLE_SHARE * shares["rr_induction"], "echo": ROLE_SHARE * shares["rr_echo"], "retrieval": RETRIEVAL_MIN}
+    for r in ROLES:
+        if r.column not in t:
+            t[f"role_{r.name}"] = False
+        elif r.flag is not None:
+            t[f"role_{r.name}"] = t[r.flag].fillna(False).astype(bool)
+        elif r.name == "retrieval":
+            t[f"role_{r.name}"] = (t[r.column] > rule[r.name]).fillna(False).astype(bool)
+        else:
+            t[f"role_{r.name}"] = (t[r.column] >= rule[r.name]).fillna(False).astype(bool) if rule[r.name] > 0 else False
+    flags = t[[f"role_{n}" for n in ROLE_NAMES]].to_numpy()
+    t["roles"] = [";".join(n for n, f in zip(ROLE_NAMES, row) if f) for row in flags]
+    t["role"] = [next((n for n, f in zip(ROLE_NAMES, row) if f), "none") for row in flags]
+    return t
+
+
+def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
+    """Per role: ``heads`` (count), ``share`` of all heads, ``dominant`` (heads whose grid colour it is), the median r1 of
+    queries and keys of its heads (``r1_q``, ``r1_k``; 004 eq. 7) against the other heads (``r1_q_rest``...), the median
+    number of active InP planes per band (``inp_active_high`` ...; 004 eq. 9) when the scan has InP, the ``threshold``
+    and ``rule`` and ``source``."""
+    rows = []
+    thresholds = {"previous_token": ROLE_SHARE * shares["previous_token"], "duplicate_token": ROLE_SHARE * shares["duplicate_token"],
+                  "induction": ROLE_SHARE * shares["rr_induction"], "echo": ROLE_SHARE * shares["rr_echo"], "retrieval": RETRIEVAL_MIN}
+    for r in ROLES:
+        on = table[f"role_{r.name}"].to_numpy(bool)
+        row = {"role": r.name, "heads": int(on.sum()), "share": float(on.mean()), "dominant": int((table["role"] == r.name).sum())}
+        for c in ("r1_q", "r1_k", "inp_active_high", "inp_active_medium", "inp_active_low"):
+            if c in table and table[c].notna().any():
+                row[c] = float(np.nanmedian(table.loc[on, c])) if on.any() else np.nan
+                row[f"{c}_rest"] = float(np.nanmedian(table.loc[~on, c])) if (~on).any() else np.nan
+        row.update(threshold=thresholds.get(r.name, np.nan), score=r.column, rule=r.rule, source=r.source)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def cooccurrence(table: pd.DataFrame) -> pd.DataFrame:
+    """``role x role`` counts of heads that hold both roles (diagonal: heads with the role); index and columns are the
+    role names in ``ROLES`` order. Answers e.g. "are SDHs streaming heads?" (DuoAttention issue 8)."""
+    F = table[[f"role_{n}" for n in ROLE_NAMES]].to_numpy(bool).astype(int)
+    return pd.DataFrame(F.T @ F, index=list(ROLE_NAMES), columns=list(ROLE_NAMES))
+
+
+ABLATED_SCORES = {"sdh": "slash_score", "sink": "sink_weight", "previous_token": "prev_token_score",
+                  "duplicate_token": "duplicate_token_score", "induction": "rr_induction_score"}
+
+
+def band_attribution(table: pd.DataFrame) -> pd.DataFrame:
+    """Per role with an ablated score (``ABLATED_SCORES``): the role's heads' score, median original and median under each
+    band ablation, and the median per-head ratio ablated / original (``ratio_wo_high``...; 004 Fig. 8's statistic for
+    SDHs, here for every role). Empty when the atlas ran without ``ablate``. The echo score has no ablated value (it
+    is recomputed from the model's own lse; a variant's lse is not kept)."""
+    if f"slash_score_{BANDS[0]}" not in table:
+        return pd.DataFrame()
+    rows = []
+    for role, col in ABLATED_SCORES.items():
+        sel = table[table[f"role_{role}"]]
+        if not len(sel):
+            continue
+        row = {"role": role, "score": col, "heads": len(sel), "original": float(np.nanmedian(sel[col]))}
+        for band in BANDS:
+            row[band] = float(np.nanmedian(sel[f"{col}_{band}"]))
+        for band in BANDS:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                row[f"ratio_{band}"] = float(np.nanmedian(sel[f"{col}_{band}"] / sel[col]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False, engine: str = "auto",
+              log: Callable[[str], None] = lambda s: None) -> AtlasResult:
+    """Run the atlas's passes on ``model`` (``interp.models.LoadedModel``) and build its table.
+
+    Returns:
+        AtlasResult (its ``table`` is what ``interp atlas`` writes as ``atlas.csv``).
+
+    Raises:
+        ConfigError: a random corpus for the text pass, or a bad scan / retrieval setting. PromptError: prompts too long.
+    """
+    from interp import corpus as corpus_mod
+    from interp.errors import ConfigError
+
+    if cfg.corpus in ("random", "repeated-random"):
+        raise ConfigError(f"the atlas's text pass needs a text corpus (pydoc, stdlib), got {cfg.corpus!r}; the "
+                          "repeated-random pass is always run")
+    variants = band_ablations(model.card.n_rotary_planes, cfg.n_remove) if cfg.ablate else ()
+    text_cfg, rr_cfg = atlas_config(cfg, variants)
+    seconds = {}
+    t0 = time.perf_counter()
+    text_p = corpus_mod.prompts(model, cfg.corpus, cfg.prompts, cfg.tokens, cfg.seed)
+    log(f"text pass: {cfg.prompts} x {cfg.tokens} {cfg.corpus} tokens")
+    text = scan(model, text_p, text_cfg, progress=progress, meta={"corpus": cfg.corpus, "seed": cfg.seed}, engine=engine)
+    seconds["text"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rr_p = corpus_mod.prompts(model, "repeated-random", cfg.prompts, cfg.tokens, cfg.seed, repeats=cfg.repeats)
+    log(f"repeated-random pass: {cfg.prompts} x {cfg.tokens} tokens, {cfg.repeats} copies")
+    rr = scan(model, rr_p, rr_cfg, progress=progress, meta={"corpus": "repeated-random", "seed": cfg.seed, "repeats": cfg.repeats},
+              engine=engine)
+    seconds["repeated_random"] = time.perf_counter() - t0
+    ret = None
+    if cfg.retrieval is not None:
+        from interp.experiments.retrieval import run_retrieval
+
+        t0 = time.perf_counter()
+        log("retrieval pass: needle-in-a-haystack decoding")
+        ret = run_retrieval(model, cfg.retrieval, progress=progress, log=log)
+        seconds["retrieval"] = time.perf_counter() - t0
+    a_text, a_rr = attainable(list(text_p)), attainable(list(rr_p))
+    shares = {"previous_token": a_text["previous_token"], "duplicate_token": a_text["duplicate_token"],
+              "rr_induction": a_rr["induction"], "rr_echo": a_rr["echo"]}
+    table = atlas_table(text, rr, shares, ret.heads if ret is not None else None)
+    return AtlasResult(table, text, rr, ret, shares, seconds, cfg)
