@@ -1,0 +1,107 @@
+"""The head atlas (``interp.experiments.atlas``): its table joins the two passes exactly, its roles follow their stated
+rules, its co-occurrence and band attribution are the counts and medians they claim, the page renders escaped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from interp.engine import ScanConfig
+from interp.experiments.atlas import (BANDS, ROLE_NAMES, ROLE_SHARE, ROLES, RR_COLUMNS, AtlasConfig, atlas_table,
+                                      attainable, band_attribution, cooccurrence, role_summary, run_atlas)
+from interp.measures.token_match import COLUMNS
+from interp.report.atlas_page import render_atlas, write_atlas
+from tests.conftest import random_tokens
+
+
+@pytest.fixture(scope="module")
+def atlas(tiny_llama):
+    return run_atlas(tiny_llama, AtlasConfig(prompts=2, tokens=48, ablate=True, n_remove=2,
+                                             scan=ScanConfig(block_size=8, map_size=8, kappa=0.05)))  # low kappa: SDHs in a random model
+
+
+def test_attainable_shares_closed_form():
+    r = torch.arange(10, 30)  # 20 distinct tokens
+    p = torch.cat([torch.tensor([1]), r, r])  # BOS, r, r: 41 tokens
+    a = attainable([p])
+    assert a["previous_token"] == pytest.approx(40 / 41)
+    assert a["duplicate_token"] == a["induction"] == pytest.approx(20 / 41)  # the second copy's queries
+    assert a["echo"] == pytest.approx(20 / 41)
+    assert attainable([torch.arange(40)])["echo"] == 0.0  # no period: no echo key
+
+
+def test_table_joins_the_passes(atlas):
+    t, rr = atlas.table, atlas.rr.heads
+    assert len(t) == 2 * 4 and list(t[["layer", "head"]].itertuples(index=False)) == list(rr[["layer", "head"]].itertuples(index=False))
+    for col, src in zip(RR_COLUMNS, (*COLUMNS, "echo_score")):
+        np.testing.assert_array_equal(t[col].to_numpy(), rr[src].to_numpy())
+    np.testing.assert_array_equal(t["prev_token_score"].to_numpy(), atlas.text.heads["prev_token_score"].to_numpy())
+    assert t["rr_echo_score"].notna().all() and t["entropy"].notna().all() and t["inp_active_high"].notna().all()
+    for b in BANDS:  # ablated token scores come from the same scans' variant state
+        assert f"rr_induction_score_{b}" in t and f"slash_score_{b}" in t and t[f"prev_token_score_{b}"].notna().all()
+
+
+def test_roles_follow_their_rules():
+    """A hand-made table: each role flips exactly at its threshold."""
+    shares = {"previous_token": 0.9, "duplicate_token": 0.5, "rr_induction": 0.5, "rr_echo": 0.25}
+    base = dict(kv_head=0, is_sdh=False, has_sink=False, is_streaming=False, slash_score=0.0, sink_weight=0.0, distant_mass=1.0,
+                prev_token_score=0.0, duplicate_token_score=0.0, induction_score=0.0, rr_echo_score=0.0)
+    rows = [dict(base, layer=0, head=0, prev_token_score=ROLE_SHARE * 0.9 + 1e-9),
+            dict(base, layer=0, head=1, prev_token_score=ROLE_SHARE * 0.9 - 1e-9, is_sdh=True, has_sink=True),
+            dict(base, layer=1, head=0, rr_induction=ROLE_SHARE * 0.5, rr_echo=ROLE_SHARE * 0.25),
+            dict(base, layer=1, head=1, duplicate_token_score=0.21, is_streaming=True)]
+
+    class Fake:
+        def __init__(self, heads):
+            self.heads, self.card, self.config = heads, type("C", (), {"name": "m", "n_heads": 2})(), ScanConfig()
+
+    text = pd.DataFrame(rows).drop(columns=["rr_induction", "rr_echo"], errors="ignore")
+    rrh = text[["layer", "head", "kv_head"]].copy()
+    rrh["prev_token_score"], rrh["duplicate_token_score"] = 0.0, 0.0
+    rrh["induction_score"] = [0, 0, ROLE_SHARE * 0.5, 0.1]
+    rrh["echo_score"] = [0, 0, ROLE_SHARE * 0.25 - 1e-9, 0]
+    t = atlas_table(Fake(text), Fake(rrh), shares)
+    assert list(t["roles"]) == ["previous_token", "sdh;sink", "induction", "duplicate_token;streaming"]
+    assert list(t["role"]) == ["previous_token", "sdh", "induction", "duplicate_token"]
+    co = cooccurrence(t)
+    assert (co.to_numpy() == co.to_numpy().T).all() and co.loc["sdh", "sink"] == 1 and co.loc["induction", "induction"] == 1
+    assert list(np.diag(co)) == [int(t[f"role_{n}"].sum()) for n in ROLE_NAMES]
+    s = role_summary(t, shares)
+    assert list(s["role"]) == list(ROLE_NAMES) and s.set_index("role").loc["previous_token", "threshold"] == pytest.approx(0.36)
+
+
+def test_band_attribution_is_the_median_over_the_roles_heads(atlas):
+    t, attr = atlas.table, band_attribution(atlas.table)
+    assert len(attr) and "sdh" in set(attr["role"])  # not an empty comparison
+    for r in attr.itertuples():
+        sel = t[t[f"role_{r.role}"]]
+        assert r.heads == len(sel) and r.original == pytest.approx(np.nanmedian(sel[r.score]))
+        assert r.ratio_wo_high == pytest.approx(np.nanmedian(sel[f"{r.score}_wo_high"] / sel[r.score]))
+    assert band_attribution(atlas.table.drop(columns=[c for c in t if c.endswith(BANDS)])).empty
+
+
+def test_page_and_files(atlas, tmp_path):
+    paths = write_atlas(atlas, tmp_path / "a")
+    for name in ("atlas.csv", "atlas_roles.csv", "atlas_cooccurrence.csv", "atlas_ablation.csv", "atlas.html"):
+        assert paths[name].exists()
+    assert (tmp_path / "a" / "heads.csv").exists() and (tmp_path / "a" / "report.html").exists()
+    assert (tmp_path / "a" / "rr" / "state" / "state.pt").exists()
+    page = (tmp_path / "a" / "atlas.html").read_text()
+    for frag in ('id="atlas-grid"', 'id="atlas-r1"', 'id="atlas-ablation"', 'href="report.html"', "Role co-occurrence"):
+        assert frag in page
+    back = pd.read_csv(paths["atlas.csv"])
+    assert {"rr_prev_token_score", "rr_duplicate_token_score", "rr_induction_score", "rr_echo_score", "role", "roles"} <= set(back.columns)
+    atlas.text.card.name, name = "<script>x</script>", atlas.text.card.name
+    try:
+        assert "<script>x</script>" not in render_atlas(atlas)
+    finally:
+        atlas.text.card.name = name
+
+
+def test_text_pass_refuses_a_random_corpus(tiny_llama):
+    from interp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs a text corpus"):
+        run_atlas(tiny_llama, AtlasConfig(corpus="random", prompts=1, tokens=16))
