@@ -30,6 +30,7 @@ SCRIPTS = {
     "massive_values": HERE / "massive_values.py",
     "retrieval_heads": HERE / "retrieval_heads.py",
     "shape_zoo": HERE / "shape_zoo.py",
+    "head_atlas": HERE / "head_atlas.py",
     "key_norm_length": HERE / "key_norm_length.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
@@ -42,7 +43,7 @@ SCRIPTS = {
 OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
               "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",
-              "startup": HERE / "benchmarks" / "startup.py",
+              "startup": HERE / "benchmarks" / "startup.py", "atlas_cost": HERE / "benchmarks" / "atlas_cost.py",
               "gpu_scan": HERE / "benchmarks" / "gpu_scan.py"}  # full mode needs a CUDA GPU (skips, saying so, without one)
 
 
