@@ -348,6 +348,7 @@ def ablate(
     block_size: int = typer.Option(32, help="queries per attention block"),
     device: str = DEVICE,
     dtype: str = DTYPE,
+    engine: str = ENGINE,
     executor: str = EXECUTOR,
     workers: int = WORKERS,
     address: Optional[str] = ADDRESS,
@@ -363,6 +364,7 @@ def ablate(
     extra = {"custom": _int_list(planes, "--planes", "0,1,2", allow_all=False)} if planes else None
     chosen = _int_list(layers, "--layers", "0,1,2")
     _check_paths(out, writes="band_ablation.csv, heads.csv, report.html, state/", model=model)
+    _check_engine(engine, device)
 
     from interp import corpus as corpus_mod
     from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
@@ -379,7 +381,7 @@ def ablate(
         variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + tuple(parse_variant(v) for v in variant)
         cfg = switch_on(ScanConfig(block_size=block_size, variants=variants, inp=True), measure)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)
-        result = run_sharded(ModelSpec(model, str(m.device), dtype), p, cfg, executor=executor, workers=workers, address=address,
+        result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers, address=address,
                              model=m, progress=True, meta={"corpus": corpus, "seed": seed})
         cause, t_causal = None, time.perf_counter()
         if causal:

@@ -114,3 +114,19 @@ def test_measure_list_and_switch(tmp_path):
     assert res.exit_code == 0, res.output
     heads = pd.read_csv(tmp_path / "s" / "heads.csv")
     assert heads["induction_score"].notna().all() and "inp_active_abs" not in heads
+
+
+def test_ablate_takes_the_engine_flag(tmp_path):
+    """`interp ablate --engine python` and the default engine give the same band ablation table (float rounding)."""
+    import pandas as pd
+
+    tables = []
+    for engine in ("python", "auto"):
+        out = tmp_path / engine
+        res = runner.invoke(app, ["ablate", "tiny-llama", "--prompts", "2", "--tokens", "40", "--n-remove", "2", "--all-heads",
+                                  "--engine", engine, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        tables.append(pd.read_csv(out / "band_ablation.csv").sort_values(["layer", "head"]).reset_index(drop=True))
+    pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
+    res = runner.invoke(app, ["ablate", "tiny-llama", "--engine", "warp", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "warp" in res.output and not (tmp_path / "x").exists()
