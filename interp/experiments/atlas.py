@@ -171,6 +171,14 @@ def _band_columns(res: ScanResult, heads: pd.DataFrame, prefix: str, with_slash:
     return out
 
 
+def thresholds(shares: dict[str, float]) -> dict[str, float]:
+    """``{role: threshold}`` of the roles decided by a score (``ROLES`` without a ``flag``): ``ROLE_SHARE`` x the share
+    of queries that can attend such a key (``shares``: keys ``previous_token``, ``duplicate_token`` of the text prompts,
+    ``rr_induction``, ``rr_echo`` of the repeated-random prompts, from ``attainable``), and ``RETRIEVAL_MIN``."""
+    return {"previous_token": ROLE_SHARE * shares["previous_token"], "duplicate_token": ROLE_SHARE * shares["duplicate_token"],
+            "induction": ROLE_SHARE * shares["rr_induction"], "echo": ROLE_SHARE * shares["rr_echo"], "retrieval": RETRIEVAL_MIN}
+
+
 def atlas_table(text: ScanResult, rr: ScanResult, shares: dict[str, float], retrieval: pd.DataFrame | None = None,
                 text_heads: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per head: ``layer, head, kv_head``, every column of the text pass's ``heads.csv``, the repeated-random
@@ -200,8 +208,7 @@ def atlas_table(text: ScanResult, rr: ScanResult, shares: dict[str, float], retr
     if any(v.name == "wo_high" for v in text.config.variants):
         extra = {**_band_columns(text, heads, "", True), **_band_columns(rr, rh, "rr_", False)}
         t = pd.concat([t, pd.DataFrame(extra, index=t.index)], axis=1)
-    rule = {"previous_token": ROLE_SHARE * shares["previous_token"], "duplicate_token": ROLE_SHARE * shares["duplicate_token"],
-            "induction": ROLE_SHARE * shares["rr_induction"], "echo": ROLE_SHARE * shares["rr_echo"], "retrieval": RETRIEVAL_MIN}
+    rule = thresholds(shares)
     for r in ROLES:
         if r.column not in t:
             t[f"role_{r.name}"] = False
@@ -223,8 +230,7 @@ def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
     number of active InP planes per band (``inp_active_high`` ...; 004 eq. 9) when the scan has InP, the ``threshold``
     and ``rule`` and ``source``."""
     rows = []
-    thresholds = {"previous_token": ROLE_SHARE * shares["previous_token"], "duplicate_token": ROLE_SHARE * shares["duplicate_token"],
-                  "induction": ROLE_SHARE * shares["rr_induction"], "echo": ROLE_SHARE * shares["rr_echo"], "retrieval": RETRIEVAL_MIN}
+    limits = thresholds(shares)
     for r in ROLES:
         on = table[f"role_{r.name}"].to_numpy(bool)
         row = {"role": r.name, "heads": int(on.sum()), "share": float(on.mean()), "dominant": int((table["role"] == r.name).sum())}
@@ -232,7 +238,7 @@ def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
             if c in table and table[c].notna().any():
                 row[c] = float(np.nanmedian(table.loc[on, c])) if on.any() else np.nan
                 row[f"{c}_rest"] = float(np.nanmedian(table.loc[~on, c])) if (~on).any() else np.nan
-        row.update(threshold=thresholds.get(r.name, np.nan), score=r.column, rule=r.rule, source=r.source)
+        row.update(threshold=limits.get(r.name, np.nan), score=r.column, rule=r.rule, source=r.source)
         rows.append(row)
     return pd.DataFrame(rows)
 
