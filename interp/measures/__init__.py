@@ -40,7 +40,7 @@ register = REGISTRY.register
 
 
 def _builtin() -> None:
-    from interp.measures import cone, geometry, inp, maps, massive, norms, shape, sinks, slash, spectrum, token_match, variants
+    from interp.measures import cone, geometry, heavy_hitters, inp, maps, massive, norms, shape, sinks, slash, spectrum, token_match, variants
 
     register(slash.Slash())
     register(spectrum.Spectrum())
@@ -53,6 +53,7 @@ def _builtin() -> None:
     register(token_match.TokenMatch())
     register(massive.Massive())
     register(shape.Shape())
+    register(heavy_hitters.HeavyHitters())
     register(maps.Maps())
     register(variants.Variants())
 
