@@ -137,7 +137,7 @@ def heavy_hitter_tokens(s, tokenizer=None, k: int = 5):
 
     Args:
         s: a scan with ``heavy_hitters=True`` (``ScanResult`` or any ``Summed``).
-        tokenizer: decodes one id (``model.tokenizer``); None: ``token`` is empty and ``class`` uses no special ids.
+        tokenizer: decodes one id (``model.tokenizer``); None: ``token`` and ``class`` are empty (ids only).
         k: ids per head (fewer where fewer distinct ids occur).
 
     Returns:
@@ -172,7 +172,8 @@ def heavy_hitter_tokens(s, tokenizer=None, k: int = 5):
                 if t not in texts:
                     texts[t] = tokenizer.decode([t]) if tokenizer is not None else ""
                 ks = float(key_share[c])
-                rows.append((layer, head, r, t, texts[t], token_class(t, texts[t], tokenizer), v, ks,
+                cls = token_class(t, texts[t], tokenizer) if tokenizer is not None else ""
+                rows.append((layer, head, r, t, texts[t], cls, v, ks,
                              v / ks if ks > 0 else math.nan))
     return pd.DataFrame(rows, columns=cols)
 

@@ -3,13 +3,16 @@
 Sections: model card; layer x head heatmaps of every measurement (dropdown); the SDH table; average
 attention maps of the top SDHs; a (layer, head) picker showing that head's average attention map
 and slash spectrum; long-range slash-dominant heads and content repeats; frequencies (band ablation,
-when the scan has counterfactual variants); sinks. All text from the model (tokens) is escaped.
+when the scan has counterfactual variants); sinks; heavy-hitter tokens (when the scan has the ``heavy_hitters``
+measure: each head's top token ids as text, decoded with the tokenizer passed to ``render``). All text from the
+model (tokens) is escaped.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import math
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +21,17 @@ from plotly.offline import get_plotlyjs
 
 from interp.experiments.ablation import band_ablation_table, ratio_summary
 from interp.report import figures
-from interp.report.tables import content_repeats
+from interp.report.tables import content_repeats, heavy_hitter_cells
 from interp.engine import ScanResult
 from interp.report import html as html_kit
+from interp.measures import heavy_hitters as hh_measure
 from interp.measures import inp as inp_measure
 from interp.measures import prompt_count
 from interp.measures.sinks import sink_rates
 
 SDH_COLUMNS = ["layer", "head", "kv_head", "slash_score", "slash_delta", "r1_q", "r1_k", "R95_q", "R95_k", "sink_weight", "ood_ratio"]
 LONG_STRIDE = 10  # lag step of the long-range spectra embedded in the page
+HH_TOP = 5  # heavy-hitter tokens shown per head
 
 
 def sdh_table(heads: pd.DataFrame) -> pd.DataFrame:
@@ -155,8 +160,51 @@ def _frequency_section(result: ScanResult, heads: pd.DataFrame, causal: pd.DataF
     return parts
 
 
-def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6, causal: pd.DataFrame | None = None) -> str:
-    """The report as an HTML string (see module docstring)."""
+def heavy_hitter_html(table: pd.DataFrame, skip: int, n_prompts: int) -> str:
+    """The heavy-hitter section from ``interp.measures.heavy_hitters.heavy_hitter_tokens``' table: the model-level
+    shares by token class (when the tokens were decoded) and each head's top tokens; every token text escaped."""
+    k = int(table["rank"].max()) + 1 if len(table) else 0
+    n_heads = len(table.groupby(["layer", "head"])) if len(table) else 0
+    parts = [f"<h2>Heavy-hitter tokens: the {k} token ids that receive the most attention, per head</h2>",
+             '<p class="note">Attention a head puts on each token id, summed over the keys holding it in all '
+             f"{n_prompts} prompt{'' if n_prompts == 1 else 's'}, keys 0..{skip - 1} (the sinks) left out (H2O, Zhang et al. 2023, ranks keys by "
+             "accumulated attention; here keys are pooled by token id, so the sum runs over prompts). Each entry: the "
+             "token, its share of the head's attention on keys other than the sinks, and its lift (that share over the "
+             "share of keys holding the token: x1 = attended as often as it occurs). Shares come from a count-min sketch "
+             f"(interp.measures.heavy_hitters): upper estimates, at most {math.e / hh_measure.WIDTH:.2%} of the head's "
+             f"attention too high with probability {1 - math.exp(-hh_measure.DEPTH):.0%} per token.</p>"]
+    known = table[table["class"] != ""] if len(table) else table
+    if len(known):
+        summ = hh_measure.class_summary(known)
+        words = ", ".join(f"{f:.0%} {c}" for c, n, f in zip(summ["class"], summ["entries"], summ["entry_share"]) if n)
+        shown = pd.DataFrame({"class": summ["class"], "entries": summ["entries"],
+                              "share of entries": summ["entry_share"].map("{:.1%}".format),
+                              "share of their attention": summ["attention_share"].map("{:.1%}".format)})
+        parts += [f"<p>Of the {len(known)} heavy-hitter entries ({k} per head, {n_heads} heads): {html.escape(words)}.</p>",
+                  html_kit.table(shown, "tbl hh-classes")]
+    elif len(table):
+        parts.append('<p class="note">Token text needs the model\'s tokenizer: write_report(result, path, '
+                     "tokenizer=model.tokenizer); ids shown.</p>")
+    rows = "".join(f"<tr><td>{layer}</td><td>{head}</td><td class=\"hh-toks\">"
+                   + " &nbsp; ".join(f"<code>{html.escape(label)}</code> {html.escape(detail)}" for label, detail in cells)
+                   + "</td></tr>" for layer, head, cells in heavy_hitter_cells(table))
+    parts.append('<div class="scroll"><table class="tbl hh"><thead><tr><th>layer</th><th>head</th>'
+                 f"<th>top tokens: share of attention, lift</th></tr></thead><tbody>{rows}</tbody></table></div>")
+    return "\n".join(parts)
+
+
+def _heavy_hitter_section(result: ScanResult, tokenizer=None) -> list[str]:
+    """The heavy-hitter section when the scan has the ``heavy_hitters`` state, else nothing."""
+    if "hh_sketch" not in result.state:
+        return []
+    table = hh_measure.heavy_hitter_tokens(result, tokenizer, HH_TOP)
+    return [heavy_hitter_html(table, result.config.skip, int(prompt_count(result)))]
+
+
+def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6, causal: pd.DataFrame | None = None,
+           tokenizer=None) -> str:
+    """The report as an HTML string (see module docstring). ``tokenizer`` (``model.tokenizer``) decodes the
+    heavy-hitter tokens; without it they are shown as ids."""
     heads = result.heads if heads is None else heads
     sdh = sdh_table(heads)
     top = sdh.head(top_maps)
@@ -181,6 +229,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
         gu = "" if np.isnan(rates["gu"]) else f"sink rate {rates['gu']:.1%} (Gu et al.: per prompt, importance of token 0 &gt; {eps:g}, mean over heads and prompts); "
         parts += [f"<h2>Sinks: {gu}{rates['of_mean']:.1%} of heads with mean importance of token 0 &gt; {eps:g}</h2>",
                   html_kit.figure(figures.sink_scatter(heads), "sinks")]
+    parts += _heavy_hitter_section(result, tokenizer)
     toks = result.meta.get("sample_tokens", [])
     if toks:
         parts += ["<h2>First tokens of the first prompt</h2>",
@@ -193,8 +242,10 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
             f"<script>{html_kit.fill(html_kit.asset('picker.js'), DATA=_picker_data(result))}{row_js}</script></body></html>")
 
 
-def write_report(result: ScanResult, path: str | Path, heads: pd.DataFrame | None = None, causal: pd.DataFrame | None = None) -> Path:
-    """Write the self-contained report to ``path`` (parents created; atomically, ``interp.io``). Returns the path."""
+def write_report(result: ScanResult, path: str | Path, heads: pd.DataFrame | None = None, causal: pd.DataFrame | None = None,
+                 tokenizer=None) -> Path:
+    """Write the self-contained report to ``path`` (parents created; atomically, ``interp.io``). Returns the path.
+    ``tokenizer`` (``model.tokenizer``) decodes the heavy-hitter tokens (``render``)."""
     from interp.io import write_text_atomic
 
-    return write_text_atomic(path, render(result, heads, causal=causal))
+    return write_text_atomic(path, render(result, heads, causal=causal, tokenizer=tokenizer))
