@@ -32,6 +32,7 @@ from interp.measures.sinks import sink_rates
 SDH_COLUMNS = ["layer", "head", "kv_head", "slash_score", "slash_delta", "r1_q", "r1_k", "R95_q", "R95_k", "sink_weight", "ood_ratio"]
 LONG_STRIDE = 10  # lag step of the long-range spectra embedded in the page
 HH_TOP = 5  # heavy-hitter tokens shown per head
+HH_LIFT_MIN_KEYS = 0.01  # ids ranked by lift hold at least this share of the keys (the sketch's error stays small)
 
 
 def sdh_table(heads: pd.DataFrame) -> pd.DataFrame:
@@ -160,9 +161,11 @@ def _frequency_section(result: ScanResult, heads: pd.DataFrame, causal: pd.DataF
     return parts
 
 
-def heavy_hitter_html(table: pd.DataFrame, skip: int, n_prompts: int) -> str:
-    """The heavy-hitter section from ``interp.measures.heavy_hitters.heavy_hitter_tokens``' table: the model-level
-    shares by token class (when the tokens were decoded) and each head's top tokens; every token text escaped."""
+def heavy_hitter_html(table: pd.DataFrame, skip: int, n_prompts: int, lifted: pd.DataFrame | None = None,
+                      min_key_share: float = HH_LIFT_MIN_KEYS) -> str:
+    """The heavy-hitter section from ``interp.measures.heavy_hitters.heavy_hitter_tokens``' table (ranked by share): the
+    model-level shares by token class (when the tokens were decoded) and each head's top tokens; with ``lifted`` (the
+    same ranked by lift among ids on at least ``min_key_share`` of the keys) a second column. Every token text escaped."""
     k = int(table["rank"].max()) + 1 if len(table) else 0
     n_heads = len(table.groupby(["layer", "head"])) if len(table) else 0
     parts = [f"<h2>Heavy-hitter tokens: the {k} token ids that receive the most attention, per head</h2>",
@@ -170,7 +173,8 @@ def heavy_hitter_html(table: pd.DataFrame, skip: int, n_prompts: int) -> str:
              f"{n_prompts} prompt{'' if n_prompts == 1 else 's'}, keys 0..{skip - 1} (the sinks) left out (H2O, Zhang et al. 2023, ranks keys by "
              "accumulated attention; here keys are pooled by token id, so the sum runs over prompts). Each entry: the "
              "token, its share of the head's attention on keys other than the sinks, and its lift (that share over the "
-             "share of keys holding the token: x1 = attended as often as it occurs). Shares come from a count-min sketch "
+             "share of keys holding the token: x1 = attended as often as it occurs). Ranking by share favours frequent "
+             "tokens; ranking by lift names the tokens a head seeks beyond their frequency. Shares come from a count-min sketch "
              f"(interp.measures.heavy_hitters): upper estimates, at most {math.e / hh_measure.WIDTH:.2%} of the head's "
              f"attention too high with probability {1 - math.exp(-hh_measure.DEPTH):.0%} per token.</p>"]
     known = table[table["class"] != ""] if len(table) else table
@@ -185,11 +189,18 @@ def heavy_hitter_html(table: pd.DataFrame, skip: int, n_prompts: int) -> str:
     elif len(table):
         parts.append('<p class="note">Token text needs the model\'s tokenizer: write_report(result, path, '
                      "tokenizer=model.tokenizer); ids shown.</p>")
-    rows = "".join(f"<tr><td>{layer}</td><td>{head}</td><td class=\"hh-toks\">"
-                   + " &nbsp; ".join(f"<code>{html.escape(label)}</code> {html.escape(detail)}" for label, detail in cells)
-                   + "</td></tr>" for layer, head, cells in heavy_hitter_cells(table))
+    def td(cells, css):
+        return (f'<td class="{css}">' + " &nbsp; ".join(f"<code>{html.escape(label)}</code> {html.escape(detail)}"
+                                                      for label, detail in cells) + "</td>")
+
+    second = {(l, h): c for l, h, c in heavy_hitter_cells(lifted)} if lifted is not None else None
+    rows = "".join(f"<tr><td>{layer}</td><td>{head}</td>{td(cells, 'hh-toks')}"
+                   + (td(second.get((layer, head), []), "hh-lift") if second is not None else "") + "</tr>"
+                   for layer, head, cells in heavy_hitter_cells(table))
+    extra = (f"<th>most above their frequency (largest lift; ids on at least {min_key_share:.0%} of the keys)</th>"
+             if second is not None else "")
     parts.append('<div class="scroll"><table class="tbl hh"><thead><tr><th>layer</th><th>head</th>'
-                 f"<th>top tokens: share of attention, lift</th></tr></thead><tbody>{rows}</tbody></table></div>")
+                 f"<th>most attention: share of attention, lift</th>{extra}</tr></thead><tbody>{rows}</tbody></table></div>")
     return "\n".join(parts)
 
 
@@ -198,7 +209,8 @@ def _heavy_hitter_section(result: ScanResult, tokenizer=None) -> list[str]:
     if "hh_sketch" not in result.state:
         return []
     table = hh_measure.heavy_hitter_tokens(result, tokenizer, HH_TOP)
-    return [heavy_hitter_html(table, result.config.skip, int(prompt_count(result)))]
+    lifted = hh_measure.heavy_hitter_tokens(result, tokenizer, HH_TOP, by="lift", min_key_share=HH_LIFT_MIN_KEYS)
+    return [heavy_hitter_html(table, result.config.skip, int(prompt_count(result)), lifted)]
 
 
 def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6, causal: pd.DataFrame | None = None,

@@ -141,3 +141,21 @@ def test_shards_add_and_missing_state_says_how_to_get_it(llama_scan):
     plain = scan(model, prompts[:1], ScanConfig(block_size=8))
     with pytest.raises(KeyError, match="--measure heavy_hitters"):
         hh.heavy_hitter_tokens(plain)
+
+
+def test_ranking_by_lift_among_frequent_ids(llama_scan):
+    model, prompts, res = llama_scan
+    mass, count = _exact(model, prompts)
+    n_keys = sum(count.values())
+    ids = sorted(t for t in mass if count[t] / n_keys >= 0.13)  # some of the 8 ids are rarer than this
+    assert 0 < len(ids) < len(mass)
+    table = hh.heavy_hitter_tokens(res, model.tokenizer, k=2, by="lift", min_key_share=0.13)
+    stack = np.stack([mass[t] for t in sorted(mass)], -1)
+    total = stack.sum(-1)
+    for row in table.itertuples():
+        lift = np.array([mass[t][row.layer, row.head] / total[row.layer, row.head] / (count[t] / n_keys) for t in ids])
+        assert row.token_id == ids[np.argsort(-lift)[row.rank]]
+        assert row.lift == pytest.approx(lift.max() if row.rank == 0 else np.sort(lift)[-2], rel=1e-5)
+    assert hh.heavy_hitter_tokens(res, k=2, min_key_share=1.01).empty
+    with pytest.raises(ValueError, match="by must be"):
+        hh.heavy_hitter_tokens(res, by="mass")

@@ -14,7 +14,7 @@ import pytest
 
 from interp.engine import ScanConfig, scan
 from interp.measures import heavy_hitters as hh
-from interp.report.page import HH_TOP, heavy_hitter_html, render
+from interp.report.page import HH_LIFT_MIN_KEYS, HH_TOP, heavy_hitter_html, render
 from interp.report.tables import heavy_hitter_cells
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -30,7 +30,10 @@ def _table() -> pd.DataFrame:
 
 
 def test_fragment_snapshot():
-    got = heavy_hitter_html(_table(), skip=4, n_prompts=3)
+    lifted = _table().iloc[[1, 0, 2, 3, 4]].assign(rank=[0, 1, 0, 1, 0])
+    got = heavy_hitter_html(_table(), skip=4, n_prompts=3, lifted=lifted, min_key_share=0.02)
+    assert "ids on at least 2% of the keys" in got
+    assert re.search(r'<td class="hh-lift"><code>\u201c&lt;bos&gt;\u201d</code> 20.0% x20.0 &nbsp; <code>\u201c\\n\u201d</code>', got)
     assert HOSTILE not in got and html.escape(HOSTILE) in got and "<b>" not in got
     assert "\u201c\\n\u201d" in got  # a newline token is shown as the two characters \n
     # class shares: 2 of 6 entries newline, 1 BOS, 1 punctuation, 1 space, 1 word; attention 0.5 / 1.4 on newlines
@@ -58,24 +61,27 @@ def page_and_table(tiny_llama):
     text = "Hi, <b>you</b> & me.\nSo: </script> ok.\n" * 3
     toks = tiny_llama.tokenizer(text, return_tensors="pt")["input_ids"][0]
     res = scan(tiny_llama, [toks, toks[5:]], ScanConfig(heavy_hitters=True, block_size=8))
-    return render(res, tokenizer=tiny_llama.tokenizer), hh.heavy_hitter_tokens(res, tiny_llama.tokenizer, HH_TOP), res
+    lifted = hh.heavy_hitter_tokens(res, tiny_llama.tokenizer, HH_TOP, by="lift", min_key_share=HH_LIFT_MIN_KEYS)
+    return render(res, tokenizer=tiny_llama.tokenizer), hh.heavy_hitter_tokens(res, tiny_llama.tokenizer, HH_TOP), lifted
 
 
 def test_report_shows_each_heads_top_tokens(page_and_table, tiny_llama):
-    page, table, res = page_and_table
+    page, table, lifted = page_and_table
     assert "Heavy-hitter tokens" in page and "2 prompts, keys 0..3" in page
     body = page[page.index("Heavy-hitter tokens"):]
-    rows = re.findall(r'<tr><td>(\d+)</td><td>(\d+)</td><td class="hh-toks">(.*?)</td></tr>', body)
+    rows = re.findall(r'<tr><td>(\d+)</td><td>(\d+)</td><td class="hh-toks">(.*?)</td><td class="hh-lift">(.*?)</td></tr>', body)
     card = tiny_llama.card
     assert len(rows) == card.n_layers * card.n_heads
-    for layer, head, cell in rows:
-        want = table[(table["layer"] == int(layer)) & (table["head"] == int(head))].sort_values("rank")
-        shown = re.findall(r"<code>(.*?)</code> ([\d.]+)% x([\d.]+)", cell)
-        assert len(shown) == len(want) == HH_TOP
-        for (label, share, lift), r in zip(shown, want.itertuples()):
-            assert html.unescape(label) == "\u201c" + r.token.replace("\n", "\\n") + "\u201d"
-            assert float(share) == pytest.approx(100 * r.share, abs=0.051)
-            assert float(lift) == pytest.approx(r.lift, abs=0.051)
+    assert (lifted["key_share"] >= HH_LIFT_MIN_KEYS).all() and len(lifted) == len(table)
+    for layer, head, *cells in rows:
+        for cell, tab in zip(cells, (table, lifted)):
+            want = tab[(tab["layer"] == int(layer)) & (tab["head"] == int(head))].sort_values("rank")
+            shown = re.findall(r"<code>(.*?)</code> ([\d.]+)% x([\d.]+)", cell)
+            assert len(shown) == len(want) == HH_TOP
+            for (label, share, lift), r in zip(shown, want.itertuples()):
+                assert html.unescape(label) == "\u201c" + r.token.replace("\n", "\\n") + "\u201d"
+                assert float(share) == pytest.approx(100 * r.share, abs=0.051)
+                assert float(lift) == pytest.approx(r.lift, abs=0.051)
     assert "</script> ok" not in body.split("<script>")[0]  # prompt text never raw in the section
 
 
