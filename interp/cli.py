@@ -31,7 +31,8 @@ WORKERS = typer.Option(2, help="Ray workers (each loads the model once); ignored
 ADDRESS = typer.Option(None, help="an existing Ray cluster to join (auto, ray://host:10001); default: start a local one")
 CORPUS = typer.Option("pydoc", help="pydoc | stdlib | random | repeated-random (BOS, r, r: induction heads' input)")
 REPEATS = typer.Option(2, help="copies of the random sequence in --corpus repeated-random (RazorAttention uses 4)")
-MEASURE = typer.Option([], "--measure", help="switch on an optional measure (repeatable): inp, geometry, token_match; "
+MEASURE = typer.Option([], "--measure", help="switch on an optional measure (repeatable): inp, geometry, token_match, echo, massive, shape, "
+                       "heavy_hitters; "
                        "--measure list prints every registered measure and exits")
 PROMPTS = typer.Option(8, help="number of prompts")
 TOKENS = typer.Option(1024, help="tokens per prompt")
@@ -238,7 +239,7 @@ def scan(
                       f"total {time.perf_counter() - t_start:.1f} s wall; raw state in {out}/state. "
                       f"Combine with: interp merge DIR... --out OUT", soft_wrap=True)
         return
-    heads = write_outputs(result, out, ood_result)
+    heads = write_outputs(result, out, ood_result, tokenizer=m.tokenizer)
     _top_sdh(heads, top)
     _long_summary(heads, cfg)
     console.print(f"{escape(m.card.name)}: {_plural(len(p), 'prompt')} x {tokens} tokens, scan {result.meta['seconds']:.1f} s, "
@@ -305,7 +306,7 @@ def atlas(
         res = run_atlas(m, cfg, progress=True, engine=engine, log=lambda s: console.print(escape(s), soft_wrap=True))
     except InterpError as err:
         _fail(err)
-    write_atlas(res, out)
+    write_atlas(res, out, m.tokenizer)
     t = res.table
     counts = ", ".join(f"{r.name} {int(t[f'role_{r.name}'].sum())}" for r in ROLES)
     for r in ROLES:
@@ -389,7 +390,7 @@ def ablate(
         t_causal = time.perf_counter() - t_causal
     except (InterpError, ValueError) as err:
         _fail(err)
-    heads = write_outputs(result, out, causal=cause.summary if cause is not None else None)
+    heads = write_outputs(result, out, causal=cause.summary if cause is not None else None, tokenizer=m.tokenizer)
     table = band_ablation_table(result, heads, all_heads)
     write_csv(table, out / "band_ablation.csv")
     summary = ratio_summary(band_ablation_table(result, heads))

@@ -6,7 +6,8 @@ Passes (each an exact streaming ``scan``; nothing materialises ``[head, pos, pos
 - **text** (``corpus``, ``prompts`` x ``tokens``): every always-on measure (slash score / SDH, spectrum r1, sinks...),
   the token-matched scores (``prev_token_score, duplicate_token_score, induction_score``: TransformerLens
   ``detect_head``), the shape of attention (entropy, vertical mass, A-shape / vertical-slash coverage, distant
-  mass / streaming: StreamingLLM, MInference, DuoAttention) and the per-plane InP (004 eq. 8-9, band use);
+  mass / streaming: StreamingLLM, MInference, DuoAttention), the heavy-hitter key tokens (``interp.measures.heavy_hitters``,
+  shown in the text pass's report) and the per-plane InP (004 eq. 8-9, band use);
 - **repeated-random** (the same count and length; BOS, r, r, ... with ``repeats`` copies): the token-matched scores
   and RazorAttention's echo score, as ``rr_prev_token_score, rr_duplicate_token_score, rr_induction_score,
   rr_echo_score`` (names fixed: scripts rely on them);
@@ -147,7 +148,7 @@ def attainable(prompts: Sequence[torch.Tensor]) -> dict[str, float]:
 
 def atlas_config(cfg: AtlasConfig, variants: tuple = ()) -> tuple[ScanConfig, ScanConfig]:
     """The ``ScanConfig`` of the text pass and of the repeated-random pass."""
-    text = replace(cfg.scan, token_match=True, shape=True, inp=cfg.inp or cfg.scan.inp, variants=variants)
+    text = replace(cfg.scan, token_match=True, shape=True, heavy_hitters=True, inp=cfg.inp or cfg.scan.inp, variants=variants)
     rr = replace(cfg.scan, token_match=True, echo=True, variants=variants)
     return text, rr
 

@@ -22,6 +22,7 @@ log-sum-exp (``interp.attention.row_probs`` / ``column_probs``: ``A[i, j] = exp(
   ``vertical_top_key_weight`` that mean. ``vertical_top1pct``: per prompt, the share of attention on the
   ``ceil(1% of (N - skip))`` keys other than the sinks that receive the most (largest ``m_j``). Which tokens the
   heavy hitters are: ``heavy_hitters(scan_of_one_prompt, tokens, tokenizer)`` names each head's top keys' tokens.
+  Over many prompts, ``interp.measures.heavy_hitters`` (``--measure heavy_hitters``) pools keys by token id.
 - **A-shape coverage** (StreamingLLM, Xiao et al. 2024: sink + local window; MInference, Jiang et al. 2024,
   ``stream_llm`` pattern): the share of attention on ``{j < S} | {i - j < W}``, exact:
   ``sum_{j<S} m_j + sum_{delta<W} lag_delta - corner`` with ``lag_delta = sum_i A[i, i - delta]`` (every key) and

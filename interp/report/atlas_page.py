@@ -144,11 +144,12 @@ def write_atlas_page(res: AtlasResult, path: str | Path, report_link: str | None
     return write_text_atomic(path, render_atlas(res, report_link))
 
 
-def write_atlas(res: AtlasResult, out: str | Path) -> dict[str, Path]:
+def write_atlas(res: AtlasResult, out: str | Path, tokenizer=None) -> dict[str, Path]:
     """Write the atlas into the folder ``out`` (created; each file atomically): ``atlas.csv`` (``res.table``),
     ``atlas_roles.csv`` (``role_summary``), ``atlas_cooccurrence.csv``, ``atlas_ablation.csv`` (with band ablations),
     ``atlas.html``, the text pass's scan outputs (``heads.csv``, ``report.html``, ``state/``...:
-    ``interp.report.bundle.write_outputs``) and the repeated-random pass's state (``rr/state``). Returns ``{name: path}``."""
+    ``interp.report.bundle.write_outputs``; its report links back to the atlas, and ``tokenizer`` decodes its
+    heavy-hitter tokens) and the repeated-random pass's state (``rr/state``). Returns ``{name: path}``."""
     from interp.report.bundle import write_csv, write_outputs
 
     d = Path(out)
@@ -160,7 +161,7 @@ def write_atlas(res: AtlasResult, out: str | Path) -> dict[str, Path]:
     attr = band_attribution(res.table)
     if len(attr):
         paths["atlas_ablation.csv"] = write_csv(attr, d / "atlas_ablation.csv")
-    write_outputs(res.text, d)
+    write_outputs(res.text, d, tokenizer=tokenizer, links={"head atlas of this model": "atlas.html"})
     res.rr.save(d / "rr" / "state")
     paths["atlas.html"] = write_atlas_page(res, d / "atlas.html")
     return paths

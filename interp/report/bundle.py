@@ -17,10 +17,12 @@ def write_csv(table: pd.DataFrame, path: str | Path) -> Path:
     return write_atomic(path, lambda tmp: table.to_csv(tmp, index=False))
 
 
-def write_outputs(result: ScanResult, out: str | Path, ood: ScanResult | None = None, causal: pd.DataFrame | None = None) -> pd.DataFrame:
+def write_outputs(result: ScanResult, out: str | Path, ood: ScanResult | None = None, causal: pd.DataFrame | None = None,
+                  tokenizer=None, links: dict[str, str] | None = None) -> pd.DataFrame:
     """Write ``heads.csv``, ``long_slash.csv``, ``content_repeats.csv``, ``report.html`` and ``state/`` (and ``ood/``) into ``out``.
 
-    ``causal`` (the summary of ``interp.experiments.ablation.causal_ablation``) is shown in the report's frequencies section.
+    ``causal`` (the summary of ``interp.experiments.ablation.causal_ablation``) is shown in the report's frequencies section;
+    ``tokenizer`` decodes the heavy-hitter tokens and ``links`` names related pages (``interp.report.page.render``).
     Returns the head table (with OOD columns when ``ood`` is given).
     """
     d = Path(out)
@@ -33,5 +35,5 @@ def write_outputs(result: ScanResult, out: str | Path, ood: ScanResult | None = 
     write_csv(heads, d / "heads.csv")
     write_csv(long_lag_table(result), d / "long_slash.csv")
     write_csv(content_repeats(result, heads), d / "content_repeats.csv")
-    write_report(result, d / "report.html", heads, causal=causal)
+    write_report(result, d / "report.html", heads, causal=causal, tokenizer=tokenizer, links=links)
     return heads

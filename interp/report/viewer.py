@@ -11,7 +11,20 @@ file (``.save(path)``). The page shows
 - a heatmap of the window (rows: queries, columns: keys) with token labels when the cells are large
   enough, a hover read-out of every cell, and thumbnails of every shown head of the layer (click one
   to select it);
-- a (layer, head) selector.
+- a (layer, head) selector;
+- a toggle between the attention ``A[i, j]`` and the **value-weighted attention** (the legend above the tokens says
+  which is shown)
+
+      Aw[i, j] = A[i, j] ||v_j|| / sum_k A[i, k] ||v_k||,
+
+  ``v_j`` the value vector of key ``j`` in the head's kv head (``interp.capture``'s ``v``, ``[pos, kv_head, d_head]``;
+  with GQA / MQA every query head of a group weighs by the same values), renormalised so each query's row sums to 1
+  over all its visible keys. Kobayashi et al. 2020, "Attention is not only a weight: analyzing transformers with
+  vector norms" (EMNLP), Sec. 3 (norm-based analysis), measure what key ``j`` contributes to query ``i`` as
+  ``||A[i, j] f(x_j)||`` rather than ``A[i, j]`` alone (a sink's small value vector makes its large weight contribute
+  little). Their ``f(x_j) = (x_j W_V + b_V) W_O`` includes the head's slice of the output projection ``W_O``; here it
+  is left out (``||v_j||``, the value norm, as asked for in AttentionViz #31 and by inseq users), and the rows are
+  renormalised (interp's choice, so both views read as distributions over keys).
 
 The attention values are the model's own probabilities, recomputed exactly from the captured post-RoPE
 queries and keys (``interp.capture``) with the model's scale, causal and sliding-window masks, logit
@@ -33,10 +46,13 @@ Embedded data (one ``<script type="application/json" class="interp-av-data">`` i
   ``b = li * len(heads) + hi`` starts at element ``b * W (W + 1) / 2``, row ``r`` at ``r (r + 1) / 2``
   inside it. ``p = value / S`` is ``A[start + r, start + c]``; entries above the diagonal are 0.
 - ``before``: base64, same dtype and scale, ``[layer, head, W]``: attention of each query on keys ``< start``.
+- ``values_v``, ``before_v`` (present when ``value_weighted`` is true): the same two arrays for the value-weighted
+  attention ``Aw`` (same layout, dtype and scale).
 - ``labels``: display text of the window's tokens (``\\n``, ``\\r``, ``\\t`` written as those two
   characters); ``token_ids``; ``layers``, ``heads``, ``kv_heads``; ``start``, ``end``, ``n_tokens``.
 
 ``decode_values`` is the reference decoder (the tests decode the page independently from this description).
+``value_weighted_attention`` is the reference arithmetic of ``Aw`` from a full pattern and the values.
 """
 
 from __future__ import annotations
@@ -58,7 +74,7 @@ from interp.errors import ConfigError
 from interp.report import html as html_kit
 from interp.models import LoadedModel
 
-__all__ = ["AttentionView", "attention_view", "decode_values", "view_command_main", "MAX_VALUES"]
+__all__ = ["AttentionView", "attention_view", "decode_values", "value_weighted_attention", "view_command_main", "MAX_VALUES"]
 
 MAX_VALUES = 8_000_000  # embedded probabilities per page by default: about 10.7 MB of base64 as uint8
 _SCALE = {"uint8": 255, "uint16": 65535}
@@ -113,7 +129,33 @@ def parse_index_spec(spec: str | Sequence[int] | None, what: str = "layer") -> l
     return out
 
 
-def _window_rows(model: LoadedModel, cap: Capture, layer: int, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+def value_weighted_attention(probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Value-weighted attention ``Aw[h, i, j] = A[h, i, j] ||v_j|| / sum_k A[h, i, k] ||v_k||`` (Kobayashi et al. 2020,
+    Sec. 3, with ``||v_j||`` for ``||f(x_j)||`` and rows renormalised; module docstring).
+
+    Args:
+        probs: ``[head, q_pos, k_pos]`` attention rows (any rows; keys ``0..k_pos-1``).
+        v: ``[k_pos, kv_head, d_head]`` the layer's values; query head ``h`` reads kv head ``h // (head / kv_head)``.
+
+    Returns:
+        ``[head, q_pos, k_pos]``, each row summing to 1 (a row whose visible keys all have ``v = 0`` is all 0).
+
+    Raises:
+        ShapeError: ``probs`` and ``v`` disagree on the keys, or heads are not a multiple of kv heads.
+    """
+    from interp.errors import ShapeError
+
+    H, n_kv = probs.shape[0], v.shape[1]
+    if v.shape[0] != probs.shape[-1] or H % n_kv:
+        raise ShapeError(f"value_weighted_attention: probs {tuple(probs.shape)} and v {tuple(v.shape)} do not match "
+                         "([head, q_pos, k_pos] and [k_pos, kv_head, d_head], head a multiple of kv_head)")
+    norm = v.double().norm(dim=-1).T.repeat_interleave(H // n_kv, 0)  # [head, k_pos]
+    w = probs.double() * norm[:, None, :].to(probs.device)
+    return (w / w.sum(-1, keepdim=True).clamp(min=1e-300)).to(probs.dtype)
+
+
+def _window_rows(model: LoadedModel, cap: Capture, layer: int, start: int,
+                 value_weighted: bool = False) -> tuple[torch.Tensor, ...]:
     """Exact attention of queries ``start..end-1`` of ``layer`` (``end`` = captured length).
 
     The arithmetic of ``interp.capture.recompute_pattern`` (same logits, scale, soft-cap, causal and
@@ -121,7 +163,9 @@ def _window_rows(model: LoadedModel, cap: Capture, layer: int, start: int) -> tu
     ``[head, W, end]`` logits instead of ``[head, end, end]``.
 
     Returns:
-        ``[head, W, W]`` probabilities on the window's keys and ``[head, W]`` mass on keys ``< start``.
+        ``[head, W, W]`` probabilities on the window's keys and ``[head, W]`` mass on keys ``< start``; with
+        ``value_weighted`` also the same two for the value-weighted attention (``value_weighted_attention``,
+        normalised over all ``end`` keys).
     """
     c = model.card
     q = cap.q_rot[layer][start:]
@@ -132,7 +176,10 @@ def _window_rows(model: LoadedModel, cap: Capture, layer: int, start: int) -> tu
     pos = torch.arange(end, device=q.device)
     s = s.masked_fill(~_visible(pos[start:], pos, c.sliding_window[layer]), float("-inf"))
     p = torch.softmax(s, dim=-1)
-    return p[:, :, start:], p[:, :, :start].sum(-1)
+    if not value_weighted:
+        return p[:, :, start:], p[:, :, :start].sum(-1)
+    pw = value_weighted_attention(p, cap.v[layer][:end])
+    return p[:, :, start:], p[:, :, :start].sum(-1), pw[:, :, start:], pw[:, :, :start].sum(-1)
 
 
 def _encode(x: np.ndarray, dtype: str) -> str:
@@ -142,25 +189,30 @@ def _encode(x: np.ndarray, dtype: str) -> str:
     return base64.b64encode(q.tobytes()).decode("ascii")
 
 
-def decode_values(data: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Decode a page's data island (``AttentionView.payload()`` or the JSON in the HTML).
+def decode_values(data: dict, value_weighted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Decode a page's data island (``AttentionView.payload()`` or the JSON in the HTML); with ``value_weighted`` its
+    value-weighted attention (``values_v``, ``before_v``).
 
     Returns:
         ``probs`` ``[layer, head, W, W]`` float64 (rows: queries ``start + r``, columns: keys ``start + c``;
         0 above the diagonal) and ``before`` ``[layer, head, W]`` (mass on keys ``< start``); axes follow
         ``data["layers"]`` and ``data["heads"]``. Absolute error of quantisation: ``0.5 / S`` (module docstring).
+
+    Raises:
+        ValueError: the arrays do not hold the size the island declares; KeyError: no value-weighted arrays.
     """
+    vkey, bkey = ("values_v", "before_v") if value_weighted else ("values", "before")
     S = _SCALE[data["dtype"]]
     dt = "u1" if data["dtype"] == "uint8" else "<u2"
     nl, nh, W = len(data["layers"]), len(data["heads"]), data["end"] - data["start"]
-    tri = np.frombuffer(base64.b64decode(data["values"]), dtype=dt).astype(np.float64) / S
+    tri = np.frombuffer(base64.b64decode(data[vkey]), dtype=dt).astype(np.float64) / S
     T = W * (W + 1) // 2
     if tri.size != nl * nh * T:
         raise ValueError(f"values hold {tri.size} entries, expected {nl * nh * T}")
     rows, cols = np.tril_indices(W)  # row-major: row r holds columns 0..r
     probs = np.zeros((nl, nh, W, W))
     probs[:, :, rows, cols] = tri.reshape(nl, nh, T)
-    before = np.frombuffer(base64.b64decode(data["before"]), dtype=dt).astype(np.float64).reshape(nl, nh, W) / S
+    before = np.frombuffer(base64.b64decode(data[bkey]), dtype=dt).astype(np.float64).reshape(nl, nh, W) / S
     return probs, before
 
 
@@ -179,6 +231,8 @@ class AttentionView:
         before: ``[layer, head, W]`` float32 attention of each window query on keys before ``start``.
         dtype: ``"uint8"`` or ``"uint16"``, how ``probs`` are quantised in the page.
         sliding_window: the model's sliding window per layer (all layers; None where global).
+        probs_v, before_v: the same as ``probs`` and ``before`` for the value-weighted attention
+            ``A[i, j] ||v_j|| / sum_k A[i, k] ||v_k||`` (module docstring); None when not computed.
     """
 
     model_name: str
@@ -193,6 +247,8 @@ class AttentionView:
     before: np.ndarray
     dtype: str = "uint8"
     sliding_window: list[int | None] = field(default_factory=list)
+    probs_v: np.ndarray | None = None
+    before_v: np.ndarray | None = None
 
     @property
     def labels(self) -> list[str]:
@@ -204,20 +260,24 @@ class AttentionView:
         """Length of the whole prompt."""
         return len(self.token_ids)
 
-    def pattern(self, layer: int, head: int) -> np.ndarray:
-        """``[W, W]`` float32 window block of one shown (layer, head), by model indices.
+    def pattern(self, layer: int, head: int, value_weighted: bool = False) -> np.ndarray:
+        """``[W, W]`` float32 window block of one shown (layer, head), by model indices (``value_weighted``: of ``probs_v``).
 
         Raises:
-            ConfigError: the layer or head is not one of the shown ones.
+            ConfigError: the layer or head is not one of the shown ones, or value weighting was not computed.
         """
         if layer not in self.layers or head not in self.heads:
             raise ConfigError(f"L{layer}H{head} is not in this view: layers {self.layers}, heads {self.heads}")
-        return self.probs[self.layers.index(layer), self.heads.index(head)]
+        if value_weighted and self.probs_v is None:
+            raise ConfigError("this view has no value-weighted attention: make it with attention_view(..., value_weighted=True)")
+        return (self.probs_v if value_weighted else self.probs)[self.layers.index(layer), self.heads.index(head)]
 
     def payload(self) -> dict:
         """The data island embedded in the page (format: module docstring; ``decode_values`` reads it)."""
         W = self.end - self.start
         rows, cols = np.tril_indices(W)
+        weighted = {} if self.probs_v is None else {"values_v": _encode(self.probs_v[:, :, rows, cols], self.dtype),
+                                                    "before_v": _encode(self.before_v, self.dtype)}
         return {
             "format": "interp-attention-view/1", "model": self.model_name, "dtype": self.dtype,
             "start": self.start, "end": self.end, "n_tokens": self.n_tokens,
@@ -226,6 +286,7 @@ class AttentionView:
             "token_ids": self.token_ids[self.start:self.end], "labels": self.labels,
             "values": _encode(self.probs[:, :, rows, cols], self.dtype),
             "before": _encode(self.before, self.dtype),
+            "value_weighted": self.probs_v is not None, **weighted,
         }
 
     def _fragment(self, uid: str) -> str:
@@ -242,13 +303,20 @@ class AttentionView:
                 f"{'' if W == self.n_tokens else '; the rest of the prompt is not in this page'}).{hidden} "
                 f"Values: exact attention recomputed from post-RoPE q/k with the model's scale and masks, "
                 f"stored as {self.dtype} (error &lt;= {err:.1e}).")
+        vnote = ("" if self.probs_v is None else
+                 " Value-weighted: A[i, j] ||v_j|| / sum_k A[i, k] ||v_k||, v_j the value of key j in the head's kv head, "
+                 "each query's row renormalised to 1 (Kobayashi et al. 2020, 'Attention is not only a weight', with ||v_j|| "
+                 "before the output projection).")
         return (
             f'<div class="interp-av" id="{uid}">\n<style>\n{html_kit.asset("viewer.css")}</style>\n'
             f'<div class="hdr"><b>{html.escape(self.model_name)}</b> attention &nbsp; '
             '<label>layer <select class="sel-layer"></select></label> '
             '<label>head <select class="sel-head"></select></label> '
-            '<label><input type="checkbox" class="norm"> scale colours to the row / column maximum</label></div>\n'
-            f'<p class="note">{note}</p>\n'
+            '<label><input type="checkbox" class="norm"> scale colours to the row / column maximum</label>'
+            + ('<label><input type="checkbox" class="vw"> weight by value norm ||v_j||</label>' if self.probs_v is not None else "")
+            + '</div>\n'
+            '<p class="legend">Shown: <span class="shown">attention A[i, j]</span></p>\n'
+            f'<p class="note">{note}{vnote}</p>\n'
             '<p class="note">Hover a token (click to pin it): <span class="key-row">blue</span> = where it looks (its row), '
             '<span class="key-col">orange</span> = what looks at it (its column). Heatmap: rows are queries, columns keys, '
             'white (0) to dark blue (1); hover a cell to read it, click a thumbnail to pick a head.</p>\n'
@@ -285,7 +353,8 @@ def _uid() -> str:
 
 def attention_view(model: LoadedModel, tokens_or_text, *, layers: int | Sequence[int] | None = None,
                    heads: int | Sequence[int] | None = None, window: int = 512, start: int = 0,
-                   dtype: str = "uint8", max_values: int = MAX_VALUES, beyond_context: bool = False) -> AttentionView:
+                   dtype: str = "uint8", max_values: int = MAX_VALUES, beyond_context: bool = False,
+                   value_weighted: bool = True) -> AttentionView:
     """Token-level attention of one prompt, for a window of positions and the chosen layers and heads.
 
     Args:
@@ -297,11 +366,15 @@ def attention_view(model: LoadedModel, tokens_or_text, *, layers: int | Sequence
         start: first position of the window.
         dtype: ``"uint8"`` (default; absolute error <= 0.002) or ``"uint16"`` (<= 7.6e-6) in the page.
         max_values: refuse views that would embed more probabilities than this
-            (``len(layers) * len(heads) * W * (W + 1) / 2``; 8M is about 11 MB of page as uint8).
+            (``len(layers) * len(heads) * W * (W + 1) / 2``, twice that with ``value_weighted``; 8M is about 11 MB of
+            page as uint8).
         beyond_context: allow a prompt longer than the model's context (as ``interp.capture``).
+        value_weighted: also embed the value-weighted attention ``A[i, j] ||v_j|| / sum_k A[i, k] ||v_k||`` and
+            offer the toggle (module docstring; Kobayashi et al. 2020).
 
     Returns:
-        AttentionView (``probs`` ``[layer, head, W, W]``, ``before`` ``[layer, head, W]``; ``.html()``, ``.save()``).
+        AttentionView (``probs`` ``[layer, head, W, W]``, ``before`` ``[layer, head, W]``, ``probs_v`` / ``before_v`` the
+        same value-weighted; ``.html()``, ``.save()``).
 
     Cost: one forward over the first ``start + W`` tokens (later tokens cannot change the window's
     attention), then ``[head, W, start + W]`` logits per layer.
@@ -324,24 +397,29 @@ def attention_view(model: LoadedModel, tokens_or_text, *, layers: int | Sequence
         raise ConfigError(f"start {start!r} is outside the prompt: pick start in 0..{N - 1} ({N} tokens)")
     start, end = int(start), min(int(start) + int(window), N)
     W = end - start
-    n_values = len(L) * len(Hs) * W * (W + 1) // 2
+    n_values = len(L) * len(Hs) * W * (W + 1) // 2 * (2 if value_weighted else 1)
     if n_values > max_values:
-        raise ConfigError(f"the view would embed {n_values:,} values ({len(L)} layers x {len(Hs)} heads x {W} positions), "
-                          f"over max_values={max_values:,}: pass fewer layers / heads or a smaller window")
+        twice = ", twice for value weighting" if value_weighted else ""
+        raise ConfigError(f"the view would embed {n_values:,} values ({len(L)} layers x {len(Hs)} heads x {W} positions{twice}), "
+                          f"over max_values={max_values:,}: pass fewer layers / heads, a smaller window"
+                          + (" or value_weighted=False" if value_weighted else ""))
     cap = capture(model, toks[:end], beyond_context=beyond_context)
     probs = np.zeros((len(L), len(Hs), W, W), dtype=np.float32)
     before = np.zeros((len(L), len(Hs), W), dtype=np.float32)
+    probs_v, before_v = (np.zeros_like(probs), np.zeros_like(before)) if value_weighted else (None, None)
     hidx = torch.tensor(Hs)
     with torch.no_grad():
         for li, layer in enumerate(L):
-            p, b = _window_rows(model, cap, layer, start)
-            probs[li] = p[hidx.to(p.device)].float().cpu().numpy()
-            before[li] = b[hidx.to(b.device)].float().cpu().numpy()
+            got = _window_rows(model, cap, layer, start, value_weighted)
+            pick = [t[hidx.to(t.device)].float().cpu().numpy() for t in got]
+            probs[li], before[li] = pick[0], pick[1]
+            if value_weighted:
+                probs_v[li], before_v[li] = pick[2], pick[3]
     group = card.n_heads // card.n_kv_heads
     raw = [model.tokenizer.decode([int(i)]) for i in toks[start:end]]
     return AttentionView(model_name=card.name, token_ids=[int(i) for i in toks], texts=raw,
                          layers=L, heads=Hs, kv_heads=[h // group for h in Hs], start=start, end=end, probs=probs,
-                         before=before, dtype=dtype, sliding_window=list(card.sliding_window))
+                         before=before, dtype=dtype, sliding_window=list(card.sliding_window), probs_v=probs_v, before_v=before_v)
 
 
 def view_command_main(model_name: str, text: str | None = None, file: str | Path | None = None,

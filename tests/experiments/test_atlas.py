@@ -105,3 +105,10 @@ def test_text_pass_refuses_a_random_corpus(tiny_llama):
 
     with pytest.raises(ConfigError, match="needs a text corpus"):
         run_atlas(tiny_llama, AtlasConfig(corpus="random", prompts=1, tokens=16))
+
+
+def test_report_links_to_the_atlas_and_names_heavy_hitters(atlas, tiny_llama, tmp_path):
+    write_atlas(atlas, tmp_path / "b", tiny_llama.tokenizer)
+    report = (tmp_path / "b" / "report.html").read_text()
+    assert 'href="atlas.html"' in report and "ids shown" not in report  # the tokenizer reached the heavy-hitter section
+    assert "hh_sketch" in atlas.text.state  # the text pass ran the heavy-hitter measure

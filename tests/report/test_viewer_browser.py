@@ -97,3 +97,39 @@ def test_two_inline_fragments_inserted_detached(tiny_llama, page):
     views.nth(0).locator(".tok[data-i='2']").hover()
     assert "L0H0  query 2 " in views.nth(0).locator(".readout").inner_text()
     assert json.loads(json.dumps(page.problems)) == []
+
+
+def test_value_weight_toggle_switches_map_and_legend(tiny_gemma, page, tmp_path):
+    """Ticking "weight by value norm" colours the tokens and fills the read-out and tooltip with the value-weighted
+    map (``probs_v``), the legend says which map is shown, and unticking restores the attention; no JS errors."""
+    view = attention_view(tiny_gemma, random_tokens(30, seed=4), start=3, window=20)
+    page.goto(view.save(tmp_path / "vw.html").as_uri())
+    page.wait_for_function("document.querySelectorAll('.thumbs canvas').length === 4")
+    S, r = 255, 12
+
+    def alphas():
+        return [_alpha(b) for b in page.eval_on_selector_all(".tok", "ts => ts.map(t => t.style.background)")]
+
+    def want(probs):
+        A = np.round(probs * S) / S
+        return [A[r, j] if j <= r else A[j, r] for j in range(20)]
+
+    page.select_option(".sel-layer", "1")
+    page.select_option(".sel-head", "2")
+    page.click(f".tok[data-i='{r}']")  # pinned, so later mouse moves keep the query
+    assert page.inner_text(".shown") == "attention A[i, j]" and "[attention]" in page.inner_text(".readout")
+    np.testing.assert_allclose(alphas(), want(view.probs[1, 2]), atol=3e-3)
+    assert np.abs(np.array(want(view.probs_v[1, 2])) - want(view.probs[1, 2])).max() > 0.02  # the maps differ here
+    page.check(".vw")
+    assert page.inner_text(".shown").startswith("value-weighted attention A[i, j]") and "Kobayashi" in page.inner_text(".shown")
+    out = page.inner_text(".readout")
+    assert "[value-weighted]" in out and f"{np.round(view.before_v[1, 2, r] * S) / S:.3f}" in out
+    np.testing.assert_allclose(alphas(), want(view.probs_v[1, 2]), atol=3e-3)
+    box = page.locator(".hm").bounding_box()
+    cell = (box["width"] - 4 - 110) / 20
+    page.mouse.move(box["x"] + 110 + 2.5 * cell, box["y"] + 110 + 7.5 * cell)
+    assert f"Aw = {np.round(view.probs_v[1, 2, 7, 2] * S) / S:.3f}" in page.inner_text(".tip")
+    page.uncheck(".vw")
+    assert page.inner_text(".shown") == "attention A[i, j]"
+    np.testing.assert_allclose(alphas(), want(view.probs[1, 2]), atol=3e-3)
+    assert page.problems == []

@@ -12,8 +12,10 @@ var D = JSON.parse(root.querySelector("script.interp-av-data").textContent);
 root.querySelector(".nojs").style.display = "none";
 function bytes(b64){ var s = atob(b64), a = new Uint8Array(s.length); for (var i = 0; i < s.length; i++) a[i] = s.charCodeAt(i); return a; }
 var S = D.dtype === "uint16" ? 65535 : 255;
-var vb = bytes(D.values), bb = bytes(D.before);
-var V = D.dtype === "uint16" ? new Uint16Array(vb.buffer) : vb, B = D.dtype === "uint16" ? new Uint16Array(bb.buffer) : bb;
+function arr(b64){ var a = bytes(b64); return D.dtype === "uint16" ? new Uint16Array(a.buffer) : a; }
+// attention (V0, B0) and, when embedded, value-weighted attention A[i, j] ||v_j|| / sum_k A[i, k] ||v_k|| (VW, BW)
+var V0 = arr(D.values), B0 = arr(D.before), VW = D.value_weighted ? arr(D.values_v) : null, BW = D.value_weighted ? arr(D.before_v) : null;
+var V = V0, B = B0, weighted = false;
 var W = D.end - D.start, T = W * (W + 1) / 2, NH = D.heads.length;
 var li = 0, hi = 0, pinned = -1, cur = -1;
 function A(r, c){ return c > r ? 0 : V[(li * NH + hi) * T + r * (r + 1) / 2 + c] / S; }
@@ -21,6 +23,9 @@ function Ahead(l, h, r, c){ return c > r ? 0 : V[(l * NH + h) * T + r * (r + 1) 
 function before(r){ return B[(li * NH + hi) * W + r] / S; }
 var toks = root.querySelectorAll(".tok"), readout = root.querySelector(".readout");
 var selL = root.querySelector(".sel-layer"), selH = root.querySelector(".sel-head"), norm = root.querySelector(".norm");
+var vw = root.querySelector(".vw"), shown = root.querySelector(".shown");
+var LEGEND = ["attention A[i, j]", "value-weighted attention A[i, j] \u00b7 ||v_j|| / \u03a3_k A[i, k] \u00b7 ||v_k|| (Kobayashi et al. 2020)"];
+function Aname(){ return weighted ? "Aw" : "A"; }
 D.layers.forEach(function(l, i){ selL.add(new Option("layer " + l + (D.sliding_window[i] ? " (sliding window " + D.sliding_window[i] + ")" : ""), i)); });
 D.heads.forEach(function(h, i){ selH.add(new Option("head " + h + " (kv head " + D.kv_heads[i] + ")", i)); });
 function fmt(v){ return v.toFixed(3); }
@@ -45,6 +50,7 @@ function paint(r){
   for (j = 0; j <= r; j++) rp.push([j, row[j]]);
   for (j = r; j < W; j++) cp.push([j, col[j]]);
   readout.textContent = "L" + D.layers[li] + "H" + D.heads[hi] + "  query " + (D.start + r) + " " + lab(r) + (pinned >= 0 ? "  (pinned; click again to release)" : "") +
+    "  [" + (weighted ? "value-weighted" : "attention") + "]" +
     "\n  looks at: " + top(rp) + (D.start > 0 ? "\n  on keys before position " + D.start + " (not shown): " + fmt(before(r)) : "") +
     "\n  looked at by: " + top(cp);
 }
@@ -83,7 +89,7 @@ function drawHeat(){
 cv.addEventListener("mousemove", function(e){
   var b = cv.getBoundingClientRect(), c = Math.floor((e.clientX - b.left - M) / cell), r = Math.floor((e.clientY - b.top - M) / cell);
   if (r < 0 || c < 0 || r >= W || c >= W){ tip.style.display = "none"; return; }
-  tip.textContent = "query " + (D.start + r) + " " + lab(r) + "\nkey   " + (D.start + c) + " " + lab(c) + "\nA = " + (c > r ? "0 (future key)" : fmt(A(r, c)));
+  tip.textContent = "query " + (D.start + r) + " " + lab(r) + "\nkey   " + (D.start + c) + " " + lab(c) + "\n" + Aname() + " = " + (c > r ? "0 (future key)" : fmt(A(r, c)));
   tip.style.left = (e.clientX - b.left + 14) + "px"; tip.style.top = (e.clientY - b.top + 14) + "px"; tip.style.display = "block";
   if (pinned < 0 && r !== cur) show(r);
 });
@@ -108,6 +114,10 @@ function drawThumbs(){
 function select(){ var l = +selL.value; hi = +selH.value; if (l !== li){ li = l; drawThumbs(); }
   thumbs.querySelectorAll("figure").forEach(function(f, j){ f.className = j === hi ? "on" : ""; }); show(pinned >= 0 ? pinned : cur); }
 selL.onchange = select; selH.onchange = select; norm.onchange = function(){ show(cur); };
+function setWeighted(){ weighted = !!(vw && vw.checked && VW); V = weighted ? VW : V0; B = weighted ? BW : B0;
+  shown.textContent = LEGEND[weighted ? 1 : 0]; drawThumbs(); select(); }
+if (vw) vw.onchange = setWeighted;
+shown.textContent = LEGEND[0];
 drawThumbs(); show(-1);
 }
 start(0);
