@@ -14,6 +14,8 @@ Models (000: 1 layer x 2 heads of width 512 for 60k steps, 12 layers for 30k, ba
 - baselines RoPE (base 1e4), NoPE and ALiBi with 1 and 2 layers, 4 heads of width 32, trained with a length
   curriculum (``interp.lab.copy_task.LengthCurriculum``: lengths 1..hi, hi from 8 up to 64, raised by 1.5x
   whenever the training batches of the last 50 steps reach 0.9 exact match; 000 has no curriculum), peak lr 2e-3;
+  the 2-layer RoPE copier on Imbalanced strings uses ``ROPE2_RECIPE`` (``analyses/copy_attempts.py``'s ``fast``:
+  RoPE base 500, the curriculum moves on at 0.8) for 2,000 steps;
 - 000 Fig. 7: the 2D-RoPE and the 2-layer RoPE models also trained on Uniform strings.
 
 All: SwiGLU MLP 128, d_model 128, batch 32, AdamW (betas (0.9, 0.95), weight decay 0.01, warmup 100, cosine to
@@ -21,15 +23,20 @@ All: SwiGLU MLP 128, d_model 128, batch 32, AdamW (betas (0.9, 0.95), weight dec
 Test strings per bin (the same for every model): 200 (1-64), 200 (1-16), 100 (65-96), 100 (120-128),
 50 (600-640), 50 (1200-1280).
 
+``--seeds`` trains every model once per seed (test strings seeded by the seed too); ``--only`` trains some models
+(``pe-layers-train``, e.g. ``rope-2-imbalanced``) and replaces their rows for those seeds in the existing tables.
+
 Writes ``copy.csv`` (``pe, layers, distribution, length_lo, length_hi, exact_match, seed, train_distribution,
-steps, final_hi``), ``copy_loss.csv`` (training curves: mean loss and batch exact match per 10 steps, the
+steps, final_hi``), ``copy_summary.csv`` (over seeds: ``seeds, mean, sd, min, max`` per model, distribution and
+bin), ``copy_loss.csv`` (training curves per seed and ``recipe``: mean loss and batch exact match per 10 steps, the
 curriculum's hi), ``copy_attention.csv`` (``interp.lab.copy_attention`` of the 2-layer RoPE copier, trained and at
 initialisation, on Imbalanced strings of 32 and 96 bits), ``copy.{html,png}``, ``copy_loss.{html,png}``,
 ``copy_attention.{html,png}`` (its two layers' maps on one 32-bit string), ``copy_rope2_view.html`` (the
 token viewer, ``interp.report.viewer.attention_view``), the trained 2D-RoPE model (``interp.lab.save_lab``) in
 ``copy_2d_rope_model/`` (or ``--save-dir``) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
 
-    python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0] [--jobs 2] [--out figures/] [--save-dir DIR] [--quick]
+    python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
+        [--out figures/] [--save-dir DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -226,6 +233,14 @@ def _rebuild(res: dict) -> LabForCausalLM:
     return model.eval()
 
 
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """``copy_summary.csv``: exact match over seeds per model, test distribution and bin (``seeds, mean, sd, min, max``;
+    sd is the sample standard deviation, NaN for one seed)."""
+    keys = ["pe", "layers", "train_distribution", "distribution", "length_lo", "length_hi"]
+    g = table.groupby(keys, sort=False).exact_match
+    return g.agg(seeds="count", mean="mean", sd="std", min="min", max="max").reset_index()
+
+
 def _key(m: tuple) -> str:
     """``pe-layers-train`` of a model spec, the name ``--only`` takes (e.g. ``rope-2-imbalanced``)."""
     return f"{m[0]}-{m[1]}-{m[3]}"
@@ -292,6 +307,7 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
     curves = pd.concat([r["curve"] for r in results], ignore_index=True)[LOSS_COLUMNS]
     table = _merge(args.out / "copy.csv", df) if args.only else df
     table.to_csv(args.out / "copy.csv", index=False)
+    summary(table).to_csv(args.out / "copy_summary.csv", index=False)
     all_curves = _merge(args.out / "copy_loss.csv", curves) if args.only else curves
     all_curves["recipe"] = all_curves["recipe"].fillna("base")  # rows written before the column: the default recipe
     all_curves = all_curves[LOSS_COLUMNS]
