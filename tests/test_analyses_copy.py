@@ -33,6 +33,10 @@ def test_quick_attempts_write_their_curves_and_replace_only_their_own_rows(tmp_p
     wide = on_disk[on_disk.recipe == "wide"].iloc[0]
     assert (wide.d_model, wide.heads, wide.lr) == (64, 4, 1e-3)
     assert not (tmp_path / "copy_attempts.lock").exists()
+    # the committed tables have the quick run's columns (the script and its output cannot drift apart)
+    fig = ROOT.parent / "figures"
+    for name in ("copy_attempts.csv", "copy_attempts_loss.csv"):
+        assert list(pd.read_csv(fig / name, nrows=1).columns) == list(pd.read_csv(tmp_path / name, nrows=1).columns)
 
 
 def test_recipe_settings_fill_in_the_base_recipe():
@@ -62,3 +66,15 @@ def test_merge_replaces_the_models_and_seeds_trained_and_keeps_the_rest(c2d, tmp
 def test_only_names_must_be_models_of_the_script(c2d, tmp_path):
     with pytest.raises(SystemExit, match="unknown model"):
         c2d.main(["--quick", "--out", str(tmp_path), "--only", "rope-3-imbalanced"])
+
+
+def test_summary_is_the_mean_and_sample_sd_over_seeds(c2d):
+    rows = [("rope", 2, "imbalanced", "uniform", 1, 64, 0.2, s) for s in (0,)] + \
+           [("rope", 2, "imbalanced", "imbalanced", 1, 64, em, s) for em, s in ((0.3, 0), (0.5, 1), (0.1, 2))]
+    table = pd.DataFrame(rows, columns=["pe", "layers", "train_distribution", "distribution", "length_lo", "length_hi",
+                                        "exact_match", "seed"])
+    out = c2d.summary(table).set_index("distribution")
+    assert out.loc["imbalanced", "seeds"] == 3 and out.loc["imbalanced", "mean"] == pytest.approx(0.3)
+    assert out.loc["imbalanced", "sd"] == pytest.approx(np.std([0.3, 0.5, 0.1], ddof=1))
+    assert (out.loc["imbalanced", "min"], out.loc["imbalanced", "max"]) == (0.1, 0.5)
+    assert out.loc["uniform", "seeds"] == 1 and np.isnan(out.loc["uniform", "sd"])
