@@ -14,6 +14,8 @@ Models (000: 1 layer x 2 heads of width 512 for 60k steps, 12 layers for 30k, ba
 - baselines RoPE (base 1e4), NoPE and ALiBi with 1 and 2 layers, 4 heads of width 32, trained with a length
   curriculum (``interp.lab.copy_task.LengthCurriculum``: lengths 1..hi, hi from 8 up to 64, raised by 1.5x
   whenever the training batches of the last 50 steps reach 0.9 exact match; 000 has no curriculum), peak lr 2e-3;
+  the 2-layer RoPE copier on Imbalanced strings uses ``ROPE2_RECIPE`` (``analyses/copy_attempts.py``'s ``fast``:
+  RoPE base 500, the curriculum moves on at 0.8) for 2,000 steps;
 - 000 Fig. 7: the 2D-RoPE and the 2-layer RoPE models also trained on Uniform strings.
 
 All: SwiGLU MLP 128, d_model 128, batch 32, AdamW (betas (0.9, 0.95), weight decay 0.01, warmup 100, cosine to
@@ -21,15 +23,20 @@ All: SwiGLU MLP 128, d_model 128, batch 32, AdamW (betas (0.9, 0.95), weight dec
 Test strings per bin (the same for every model): 200 (1-64), 200 (1-16), 100 (65-96), 100 (120-128),
 50 (600-640), 50 (1200-1280).
 
+``--seeds`` trains every model once per seed (test strings seeded by the seed too); ``--only`` trains some models
+(``pe-layers-train``, e.g. ``rope-2-imbalanced``) and replaces their rows for those seeds in the existing tables.
+
 Writes ``copy.csv`` (``pe, layers, distribution, length_lo, length_hi, exact_match, seed, train_distribution,
-steps, final_hi``), ``copy_loss.csv`` (training curves: mean loss and batch exact match per 10 steps, the
+steps, final_hi``), ``copy_summary.csv`` (over seeds: ``seeds, mean, sd, min, max`` per model, distribution and
+bin), ``copy_loss.csv`` (training curves per seed and ``recipe``: mean loss and batch exact match per 10 steps, the
 curriculum's hi), ``copy_attention.csv`` (``interp.lab.copy_attention`` of the 2-layer RoPE copier, trained and at
 initialisation, on Imbalanced strings of 32 and 96 bits), ``copy.{html,png}``, ``copy_loss.{html,png}``,
 ``copy_attention.{html,png}`` (its two layers' maps on one 32-bit string), ``copy_rope2_view.html`` (the
 token viewer, ``interp.report.viewer.attention_view``), the trained 2D-RoPE model (``interp.lab.save_lab``) in
 ``copy_2d_rope_model/`` (or ``--save-dir``) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
 
-    python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0] [--jobs 2] [--out figures/] [--save-dir DIR] [--quick]
+    python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
+        [--out figures/] [--save-dir DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -52,8 +59,10 @@ from interp.lab.copy_attention import copy_attention_table  # noqa: E402
 from interp.lab.copy_task import (DISTRIBUTIONS, LengthCurriculum, copy_vocab, encode_batch, exact_match,  # noqa: E402
                                   sample_string, sample_strings)
 
-# (pe, layers, heads, train distribution, steps, curriculum, peak lr)
-FULL_MODELS = [("rope2d", 1, 1, "imbalanced", 600, False, 1e-3), ("rope", 2, 4, "imbalanced", 6000, True, 2e-3),
+# the 2-layer RoPE copier's recipe (analyses/copy_attempts.py): RoPE base 500, curriculum moving on at 0.8 exact match
+ROPE2_RECIPE = dict(name="fast", rope_base=500.0, threshold=0.8)
+# (pe, layers, heads, train distribution, steps, curriculum, peak lr[, recipe overrides: train_one])
+FULL_MODELS = [("rope2d", 1, 1, "imbalanced", 600, False, 1e-3), ("rope", 2, 4, "imbalanced", 2000, True, 2e-3, ROPE2_RECIPE),
                ("rope", 1, 4, "imbalanced", 2000, True, 2e-3), ("nope", 1, 4, "imbalanced", 2000, True, 2e-3),
                ("alibi", 1, 4, "imbalanced", 2000, True, 2e-3), ("nope", 2, 4, "imbalanced", 3000, True, 2e-3),
                ("alibi", 2, 4, "imbalanced", 3000, True, 2e-3),
@@ -67,29 +76,54 @@ QUICK = dict(d_model=32, d_mlp=32, batch=8, train_hi=8, start_hi=4, bins=[(1, 8,
 COLORS = {"rope2d-1": "#d62728", "rope-1": "#1f77b4", "nope-1": "#7f7f7f", "alibi-1": "#ff7f0e",
           "rope-2": "#2ca02c", "nope-2": "#17becf", "alibi-2": "#9467bd"}
 COLUMNS = ["pe", "layers", "distribution", "length_lo", "length_hi", "exact_match", "seed", "train_distribution", "steps", "final_hi"]
+LOSS_COLUMNS = ["pe", "layers", "train_distribution", "seed", "recipe", "step", "loss", "batch_exact_match", "hi"]
 
 
-def build(pe: str, layers: int, heads: int, s: dict, vocab, seed: int) -> LabForCausalLM:
-    """A lab decoder of the experiment's size: ``heads`` heads of width ``d_model / heads`` per layer."""
+def build(pe: str, layers: int, heads: int, s: dict, vocab, seed: int, rope_base: float | None = None) -> LabForCausalLM:
+    """A lab decoder of the experiment's size: ``heads`` heads of width ``d_model / heads`` per layer.
+
+    ``rope_base``: RoPE base theta (default 100 for ``rope2d`` as 000 Sec. 4.1, else 1e4)."""
+    base = rope_base if rope_base is not None else (100.0 if pe == "rope2d" else 1e4)
     cfg = LabConfig(vocab_size=len(vocab), n_layers=layers, n_heads=heads, d_model=s["d_model"], d_mlp=s["d_mlp"], pe=pe,
-                    rope_base=100.0 if pe == "rope2d" else 1e4, newline_ids=(vocab.id("<\\n>"),), max_positions=4096)
+                    rope_base=base, newline_ids=(vocab.id("<\\n>"),), max_positions=4096)
     torch.manual_seed(seed)
     return LabForCausalLM(cfg)
 
 
 def train_one(job: tuple) -> dict:
-    """Train and test one model (runs in a worker process, one torch thread): rows, curve, weights, seconds."""
-    (pe, layers, heads, train, steps, curriculum, lr), s, seed, tests = job
+    """Train and test one model (runs in a worker process, one torch thread): rows, curve, weights, seconds.
+
+    ``job = (spec, s, seed, tests)``; ``spec = (pe, layers, heads, train, steps, curriculum, lr[, recipe])`` where the
+    optional ``recipe`` dict overrides the sizes of ``s`` (``d_model``, ``d_mlp``, ``batch``, ``start_hi``) and the
+    training (``rope_base``, ``threshold``, ``factor``, ``every``, ``warmup``, ``min_lr_frac``, ``betas``,
+    ``weight_decay``), and may ask for ``eval_every`` (exact match of the ``eval`` test strings, a list of bit
+    strings, every so many steps; columns ``eval_step`` / ``eval_exact_match`` of the returned ``evals``).
+    """
+    spec, s, seed, tests = job
+    (pe, layers, heads, train, steps, curriculum, lr), r = spec[:7], (spec[7] if len(spec) > 7 else {})
+    s = {**s, **{k: r[k] for k in ("d_model", "d_mlp", "batch", "start_hi") if k in r}}
     torch.set_num_threads(1)
     vocab = copy_vocab()
-    model = build(pe, layers, heads, s, vocab, seed)
+    model = build(pe, layers, heads, s, vocab, seed, r.get("rope_base"))
     cur = LengthCurriculum(vocab, train, 1, s["start_hi"] if curriculum else s["train_hi"], s["train_hi"], s["batch"],
-                           every=50, threshold=0.9, factor=1.5)
-    cfg = TrainConfig(steps=steps, lr=lr, warmup=min(100, steps // 4), weight_decay=0.01, betas=(0.9, 0.95), seed=seed,
+                           every=r.get("every", 50), threshold=r.get("threshold", 0.9), factor=r.get("factor", 1.5))
+    cfg = TrainConfig(steps=steps, lr=lr, warmup=r.get("warmup", min(100, steps // 4)), weight_decay=r.get("weight_decay", 0.01),
+                      betas=tuple(r.get("betas", (0.9, 0.95))), min_lr_frac=r.get("min_lr_frac", 0.1), seed=seed,
                       log_every=500 if steps >= 1000 else 0)
+    evals: list[tuple[int, float, float]] = []
+    loss_fn = cur.loss_fn
+    if r.get("eval_every"):
+        def loss_fn(model, batch, _inner=cur.loss_fn, _t0=time.perf_counter()):
+            step = len(cur.accuracy)  # steps done before this one
+            if step and step % r["eval_every"] == 0:
+                evals.append((step, float(exact_match(model, vocab, r["eval"]).mean()), time.perf_counter() - _t0))
+                model.train()
+            return _inner(model, batch)
     t0 = time.perf_counter()
-    losses = train_model(model, cur.batch_fn, cfg, loss_fn=cur.loss_fn)
+    losses = train_model(model, cur.batch_fn, cfg, loss_fn=loss_fn)
     t_train = time.perf_counter() - t0
+    if r.get("eval_every"):
+        evals.append((steps, float(exact_match(model, vocab, r["eval"]).mean()), t_train))
     rows = [dict(pe=pe, layers=layers, distribution=dist, length_lo=lo, length_hi=hi,
                  exact_match=float(exact_match(model, vocab, strings).mean()), seed=seed, train_distribution=train,
                  steps=steps, final_hi=cur.hi) for (dist, lo, hi), strings in tests.items()]
@@ -98,21 +132,28 @@ def train_one(job: tuple) -> dict:
     curve = pd.DataFrame(dict(step=np.arange(k, n + 1, k), loss=np.asarray(losses[:n]).reshape(-1, k).mean(1),
                               batch_exact_match=np.asarray(cur.accuracy[:n]).reshape(-1, k).mean(1),
                               hi=np.asarray(cur.his[:n]).reshape(-1, k).max(1)))
-    curve = curve.assign(pe=pe, layers=layers, train_distribution=train, seed=seed)
-    return dict(key=(pe, layers, train), rows=rows, curve=curve, state=model.state_dict(), config=model.config.to_dict(),
-                t_train=t_train, t_eval=time.perf_counter() - t0 - t_train, final_loss=float(np.mean(losses[-50:])), final_hi=cur.hi)
+    curve = curve.assign(pe=pe, layers=layers, train_distribution=train, seed=seed, recipe=r.get("name", "base"))
+    return dict(key=(pe, layers, train), seed=seed, rows=rows, curve=curve, state=model.state_dict(), config=model.config.to_dict(),
+                t_train=t_train, t_eval=time.perf_counter() - t0 - t_train, final_loss=float(np.mean(losses[-50:])), final_hi=cur.hi,
+                evals=pd.DataFrame(evals, columns=["eval_step", "eval_exact_match", "seconds"]))
 
 
 def figure(df: pd.DataFrame, train_hi: int) -> go.Figure:
-    """Exact match against the length bin: one panel per test distribution (trained Imbalanced), and 000 Fig. 7."""
+    """Exact match against the length bin (mean over seeds, bars: sd): one panel per test distribution (trained
+    Imbalanced), and 000 Fig. 7."""
+    keys = ["pe", "layers", "train_distribution", "distribution", "length_lo", "length_hi"]
+    df = df.groupby(keys, sort=False).exact_match.agg(["mean", "std", "count"]).reset_index()  # over seeds
+    df = df.rename(columns={"mean": "exact_match"}).assign(std=lambda d: d["std"].fillna(0.0))
     main = df[(df.train_distribution == "imbalanced") & ~((df.length_lo == 1) & (df.length_hi < train_hi))]
     titles = [f"test {d} (trained Imbalanced)" for d in DISTRIBUTIONS] + ["000 Fig. 7: trained Uniform"]
     fig = make_subplots(rows=1, cols=4, subplot_titles=titles, shared_yaxes=True)
     for c, dist in enumerate(DISTRIBUTIONS, start=1):
         for (pe, layers), d in main[main.distribution == dist].groupby(["pe", "layers"], sort=False):
             key = f"{pe}-{layers}"
+            seeds = f" ({d['count'].max()} seeds)" if d["count"].max() > 1 else ""
             fig.add_trace(go.Scatter(x=[f"{lo}-{hi}" for lo, hi in zip(d.length_lo, d.length_hi)], y=d.exact_match,
-                                     mode="lines+markers", name=f"{pe}, {layers} layer(s)", legendgroup=key, showlegend=c == 1,
+                                     error_y=dict(type="data", array=d["std"]),
+                                     mode="lines+markers", name=f"{pe}, {layers} layer(s){seeds}", legendgroup=key, showlegend=c == 1,
                                      line=dict(color=COLORS.get(key))), 1, c)
     uni = df[(df.train_distribution == "uniform") & (df.distribution != "recursive_flip")
              & ~((df.length_lo == 1) & (df.length_hi < train_hi))]
@@ -131,8 +172,8 @@ def loss_figure(curves: pd.DataFrame) -> go.Figure:
     """Training loss, batch exact match and the curriculum's upper length against the step, one line per model."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=["loss (nats per target token)", "training-batch exact match",
                                                         "curriculum: longest training length"])
-    for (pe, layers, train), d in curves.groupby(["pe", "layers", "train_distribution"], sort=False):
-        name, color = f"{pe}, {layers}L, {train}", COLORS.get(f"{pe}-{layers}")
+    for (pe, layers, train, seed), d in curves.groupby(["pe", "layers", "train_distribution", "seed"], sort=False):
+        name, color = f"{pe}, {layers}L, {train}, seed {seed}", COLORS.get(f"{pe}-{layers}")
         dash = "solid" if train == "imbalanced" else "dot"
         for c, col in enumerate(("loss", "batch_exact_match", "hi"), start=1):
             fig.add_trace(go.Scatter(x=d.step, y=d[col], mode="lines", name=name, legendgroup=name, showlegend=c == 1,
@@ -192,12 +233,45 @@ def _rebuild(res: dict) -> LabForCausalLM:
     return model.eval()
 
 
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """``copy_summary.csv``: exact match over seeds per model, test distribution and bin (``seeds, mean, sd, min, max``;
+    sd is the sample standard deviation, NaN for one seed)."""
+    keys = ["pe", "layers", "train_distribution", "distribution", "length_lo", "length_hi"]
+    g = table.groupby(keys, sort=False).exact_match
+    return g.agg(seeds="count", mean="mean", sd="std", min="min", max="max").reset_index()
+
+
+def _key(m: tuple) -> str:
+    """``pe-layers-train`` of a model spec, the name ``--only`` takes (e.g. ``rope-2-imbalanced``)."""
+    return f"{m[0]}-{m[1]}-{m[3]}"
+
+
+def _merge(path: Path, new: pd.DataFrame, keys=("pe", "layers", "train_distribution", "seed")) -> pd.DataFrame:
+    """``new`` plus the rows of ``path`` whose model and seed (``keys``) ``new`` does not have, in the file's order."""
+    if not path.exists():
+        return new
+    old = pd.read_csv(path)
+    have = old.set_index(list(keys)).index.isin(new.set_index(list(keys)).index)
+    out = pd.concat([old[~have], new], ignore_index=True)
+    both = pd.concat([old, new], ignore_index=True)  # models keep the place they first had in the file
+    first = {k: i for i, k in enumerate(dict.fromkeys(zip(*(both[c] for c in keys[:3]))))}
+    rank = np.array([first[k] for k in zip(*(out[c] for c in keys[:3]))])
+    return out.iloc[np.lexsort((np.arange(len(out)), out["seed"].to_numpy(), rank))].reset_index(drop=True)
+
+
 def run(argv: list[str] | None = None) -> pd.DataFrame:
-    """Train every model, evaluate every bin, write the CSVs, figures, model and report; returns the table."""
+    """Train every model (or ``--only`` some) for every seed, evaluate every bin, write the CSVs, figures, model and report.
+
+    With ``--only``, the rows of the models and seeds trained replace theirs in the existing ``copy.csv`` /
+    ``copy_loss.csv`` (others kept); the 2D-RoPE model and report are written when ``rope2d-1-imbalanced`` seed
+    ``seeds[0]`` is trained, the attention table and maps when ``rope-2-imbalanced`` is. Returns the rows trained.
+    """
     ap = parser(__doc__, "tiny models, 20 steps, lengths up to 16 (seconds)")
     ap.add_argument("--steps-scale", type=float, default=1.0,
                     help="multiply the steps of the curriculum-trained baselines (full mode; 2D-RoPE keeps its 600)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="train each model once per seed (default: --seed)")
+    ap.add_argument("--only", nargs="+", default=None, help="train only these models, e.g. rope-2-imbalanced rope-1-imbalanced")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (each one torch thread); 1: in this process")
     ap.add_argument("--save-dir", type=Path, default=None, help="where to save the trained 2D-RoPE model (default OUT/copy_2d_rope_model)")
     ap.add_argument("--no-report", action="store_true", help="skip the scan report of the 2D-RoPE model")
@@ -205,65 +279,86 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
     s = QUICK if args.quick else FULL
     specs = QUICK_MODELS if args.quick else [m[:4] + (max(1, round(m[4] * (args.steps_scale if m[5] else 1))),) + m[5:]
                                              for m in FULL_MODELS]
+    if args.only:
+        unknown = set(args.only) - {_key(m) for m in specs}
+        if unknown:
+            raise SystemExit(f"--only: unknown model(s) {sorted(unknown)}; use some of {[_key(m) for m in specs]}")
+        specs = [m for m in specs if _key(m) in args.only]
+    seeds = args.seeds or [args.seed]
     jobs = 1 if args.quick else args.jobs
     args.out.mkdir(parents=True, exist_ok=True)
     vocab = copy_vocab()
-    tests = {(dist, lo, hi): sample_strings(dist, count, lo, hi, np.random.default_rng([args.seed, 1000 + i, j]))
-             for i, dist in enumerate(DISTRIBUTIONS) for j, (lo, hi, count) in enumerate(s["bins"])}
+    tests = {seed: {(dist, lo, hi): sample_strings(dist, count, lo, hi, np.random.default_rng([seed, 1000 + i, j]))
+                    for i, dist in enumerate(DISTRIBUTIONS) for j, (lo, hi, count) in enumerate(s["bins"])} for seed in seeds}
     t_all = time.perf_counter()
-    work = [(spec, s, args.seed, tests) for spec in sorted(specs, key=lambda m: -m[4] * m[1])]  # longest first
+    work = [(spec, s, seed, tests[seed]) for spec in sorted(specs, key=lambda m: -m[4] * m[1]) for seed in seeds]  # longest first
     if jobs > 1:
-        with mp.get_context("fork").Pool(jobs) as pool:
+        with mp.get_context("fork").Pool(min(jobs, len(work))) as pool:
             results = pool.map(train_one, work, chunksize=1)
     else:
         results = [train_one(w) for w in work]
-    order = {m[:4][:2] + (m[3],): i for i, m in enumerate(specs)}
-    results.sort(key=lambda r: order[r["key"]])
+    order = {_key(m): i for i, m in enumerate(specs)}
+    results.sort(key=lambda r: (order["-".join(map(str, r["key"]))], r["seed"]))
     for r in results:
         pe, layers, train = r["key"]
-        print(f"{pe}, {layers} layer(s), trained {train}: train {r['t_train']:.0f} s (final loss {r['final_loss']:.4f}, "
-              f"curriculum reached {r['final_hi']}), eval {r['t_eval']:.0f} s", flush=True)
+        print(f"{pe}, {layers} layer(s), trained {train}, seed {r['seed']}: train {r['t_train']:.0f} s (final loss "
+              f"{r['final_loss']:.4f}, curriculum reached {r['final_hi']}), eval {r['t_eval']:.0f} s", flush=True)
     df = pd.DataFrame([row for r in results for row in r["rows"]])[COLUMNS]
-    df.to_csv(args.out / "copy.csv", index=False)
-    curves = pd.concat([r["curve"] for r in results], ignore_index=True)
-    curves[["pe", "layers", "train_distribution", "seed", "step", "loss", "batch_exact_match", "hi"]].to_csv(
-        args.out / "copy_loss.csv", index=False)
-    by_key = {r["key"]: r for r in results}
+    curves = pd.concat([r["curve"] for r in results], ignore_index=True)[LOSS_COLUMNS]
+    table = _merge(args.out / "copy.csv", df) if args.only else df
+    table.to_csv(args.out / "copy.csv", index=False)
+    summary(table).to_csv(args.out / "copy_summary.csv", index=False)
+    all_curves = _merge(args.out / "copy_loss.csv", curves) if args.only else curves
+    all_curves["recipe"] = all_curves["recipe"].fillna("base")  # rows written before the column: the default recipe
+    all_curves = all_curves[LOSS_COLUMNS]
+    all_curves.to_csv(args.out / "copy_loss.csv", index=False)
+    by_key = {r["key"] + (r["seed"],): r for r in results}
 
-    r2d = _rebuild(by_key[("rope2d", 1, "imbalanced")])
-    save_lab(r2d, vocab, args.save_dir or args.out / "copy_2d_rope_model")
-    if not args.no_report:
-        print(f"  report: {report(r2d, vocab, args.out, args.seed)}", flush=True)
+    first = (seeds[0],)
+    if ("rope2d", 1, "imbalanced") + first in by_key:
+        r2d = _rebuild(by_key[("rope2d", 1, "imbalanced") + first])
+        save_lab(r2d, vocab, args.save_dir or args.out / "copy_2d_rope_model")
+        if not args.no_report:
+            print(f"  report: {report(r2d, vocab, args.out, seeds[0])}", flush=True)
 
     # 000 Figs. 4 / 8: where the 2-layer RoPE copier looks, trained and (the null) at initialisation
-    rope2 = _rebuild(by_key[("rope", 2, "imbalanced")])
+    attn = None
+    if ("rope", 2, "imbalanced") + first in by_key:
+        attn = attention_outputs(by_key[("rope", 2, "imbalanced") + first], specs, s, vocab, seeds[0], args.out)
+
+    show = df.assign(bin=df.length_lo.astype(str) + "-" + df.length_hi.astype(str),
+                     model=df.pe + "/" + df.layers.astype(str) + "L/" + df.train_distribution + "/s" + df.seed.astype(str))
+    with pd.option_context("display.width", 200):
+        print(show.pivot_table(index=["distribution", "model"], columns="bin", values="exact_match", sort=False).round(3).to_string())
+        if attn is not None:
+            print(attn.round(3).to_string())
+    save_figure(figure(table, s["train_hi"]), args.out, "copy")
+    save_figure(loss_figure(all_curves), args.out, "copy_loss")
+    print(f"total {time.perf_counter() - t_all:.0f} s ({jobs} worker process(es), one torch thread each)", flush=True)
+    return df
+
+
+def attention_outputs(res: dict, specs: list, s: dict, vocab, seed: int, out: Path) -> pd.DataFrame:
+    """``copy_attention.csv`` / ``.png`` and the token viewer of the trained 2-layer RoPE copier ``res`` (and at init)."""
+    rope2 = _rebuild(res)
     spec2 = next(m for m in specs if m[:2] == ("rope", 2) and m[3] == "imbalanced")
-    init = build("rope", 2, spec2[2], s, vocab, args.seed).eval()
+    init = build("rope", 2, spec2[2], s, vocab, seed, (spec2[7] if len(spec2) > 7 else {}).get("rope_base")).eval()
     frames = []
     for state, model in (("trained", rope2), ("init", init)):
         loaded = lab_loaded(model, vocab, name=f"copy-rope-2-{state}")
         for n in s["attn_lengths"]:
-            rng = np.random.default_rng([args.seed, 77, n])
+            rng = np.random.default_rng([seed, 77, n])
             strings = [sample_string("imbalanced", n, rng) for _ in range(s["attn_strings"])]
             em = float(exact_match(model, vocab, strings).mean())
             frames.append(copy_attention_table(loaded, vocab, strings).assign(model="rope, 2 layers", state=state, exact_match=em))
     attn = pd.concat(frames, ignore_index=True)
-    attn.to_csv(args.out / "copy_attention.csv", index=False)
-    bits = sample_string("imbalanced", s["attn_lengths"][0], np.random.default_rng([args.seed, 78]))
-    save_figure(attention_figure(rope2, vocab, bits), args.out, "copy_attention")
+    attn.to_csv(out / "copy_attention.csv", index=False)
+    bits = sample_string("imbalanced", s["attn_lengths"][0], np.random.default_rng([seed, 78]))
+    save_figure(attention_figure(rope2, vocab, bits), out, "copy_attention")
     from interp.report.viewer import attention_view
     ids = encode_batch(vocab, [bits])["input_ids"][0]
-    (args.out / "copy_rope2_view.html").write_text(attention_view(lab_loaded(rope2, vocab, name="copy-rope-2"), ids).html())
-
-    table = df.assign(bin=df.length_lo.astype(str) + "-" + df.length_hi.astype(str),
-                      model=df.pe + "/" + df.layers.astype(str) + "L/" + df.train_distribution)
-    with pd.option_context("display.width", 200):
-        print(table.pivot_table(index=["distribution", "model"], columns="bin", values="exact_match", sort=False).round(3).to_string())
-        print(attn.round(3).to_string())
-    save_figure(figure(df, s["train_hi"]), args.out, "copy")
-    save_figure(loss_figure(curves), args.out, "copy_loss")
-    print(f"total {time.perf_counter() - t_all:.0f} s ({jobs} worker process(es), one torch thread each)", flush=True)
-    return df
+    (out / "copy_rope2_view.html").write_text(attention_view(lab_loaded(rope2, vocab, name="copy-rope-2"), ids).html())
+    return attn
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ SCRIPTS = {
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
     "copy_2d_rope_seeds": HERE / "copy_2d_rope_seeds.py",
+    "copy_attempts": HERE / "copy_attempts.py",
     "leave_one_out": HERE / "leave_one_out.py",
     "dyck_depth": HERE / "dyck_depth.py",
     "sparse_parity": HERE / "sparse_parity.py",

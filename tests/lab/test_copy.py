@@ -325,3 +325,5 @@ def test_quick_copy_analysis_writes_its_table(tmp_path):
     on_disk = pd.read_csv(tmp_path / "copy.csv")
     assert np.allclose(on_disk["exact_match"], df["exact_match"])
     assert (tmp_path / "copy.html").exists() and (tmp_path / "copy_2d_rope_model" / "config.json").exists()
+    summ = pd.read_csv(tmp_path / "copy_summary.csv")  # one seed: the summary's mean is the row itself
+    assert (summ.seeds == 1).all() and np.allclose(summ["mean"], df["exact_match"]) and summ.sd.isna().all()
