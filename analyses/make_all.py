@@ -31,6 +31,9 @@ SCRIPTS = {
     "retrieval_heads": HERE / "retrieval_heads.py",
     "shape_zoo": HERE / "shape_zoo.py",
     "key_norm_length": HERE / "key_norm_length.py",
+    "cluster_length": HERE / "cluster_length.py",
+    "sdh_count_bootstrap": HERE / "sdh_count_bootstrap.py",
+    "long_range_slash": HERE / "long_range_slash.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
     "copy_2d_rope_seeds": HERE / "copy_2d_rope_seeds.py",
@@ -42,7 +45,7 @@ SCRIPTS = {
 OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
               "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",
-              "startup": HERE / "benchmarks" / "startup.py",
+              "startup": HERE / "benchmarks" / "startup.py", "page_load": HERE / "benchmarks" / "page_load.py",
               "gpu_scan": HERE / "benchmarks" / "gpu_scan.py"}  # full mode needs a CUDA GPU (skips, saying so, without one)
 
 
