@@ -18,6 +18,8 @@ Writes (``MODEL`` the model's name):
 - ``long_range_MODEL_long_slash.csv``: ``interp.report.tables.long_lag_table`` (top 5 long lags per head, with the
   rule's view of each; what ``interp scan`` writes as ``long_slash.csv``);
 - ``long_range_MODEL_content_repeats.csv``: ``interp.report.tables.content_repeats`` (``content_repeats.csv``);
+- ``long_range_MODEL_heads.csv``: per head its best long lag and score under each rule (``mean_``, ``fraction_``,
+  ``fraction_loo_`` + ``delta``, ``score``, ``sdh``);
 - ``long_range_MODEL_checks.csv``: named heads at named lags (``CHECKS``: L7H7 at 1230 / 1231, the lag the
   fraction rule alone flagged; L18H7 at 1229, the old top head) with each prompt's own score, the mean, the hit
   count and both rules' verdicts.
@@ -35,6 +37,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interp  # noqa: E402
@@ -45,21 +48,30 @@ from interp.report.tables import content_repeats, long_lag_table  # noqa: E402
 # (layer, head, lag): L7H7 at 1231 passed the fraction rule alone (prompt 2 alone scores ~0.02 at 1230);
 # L18H7 led the mean-only ranking at 1229, a passage that repeats in prompt 2 only (docs/results/smollm2.md)
 CHECKS = [(7, 7, 1230), (7, 7, 1231), (18, 7, 1229)]
+RULES = ("mean", "fraction", "fraction_loo")
 QUICK_LONG = {"long_lags": (200, 400), "long_min_entries": 100}
 QUICK_CHECKS = [(0, 0, 250), (1, 1, 300)]
 
 
-def rule_counts(result: interp.ScanResult) -> dict[str, int]:
-    """Long-range SDH counts under the three rules (module docstring) from one merged scan."""
+def rule_heads(result: interp.ScanResult) -> pd.DataFrame:
+    """Per head (``layer, head``) the best long lag, its mean score and the SDH flag under each rule (module docstring)."""
     cfg = result.config
     lags = long_lag_range(result)
-    out = {"mean": 0}
+    L, H = result.scores.shape[:2]
+    out = {"layer": torch.arange(L).repeat_interleave(H), "head": torch.arange(H).repeat(L)}
     for rule, loo in (("fraction", False), ("fraction_loo", True)):
         cols = consistent_long_columns(result.state, lags, cfg.kappa_long, cfg.long_min_frac, leave_one_out=loo)
-        out[rule] = int(cols["is_sdh_long"].sum())
-        if loo:
-            out["mean"] = int((cols["long_any_slash_score"].nan_to_num(nan=-1.0) >= cfg.kappa_long).sum())
-    return out
+        if loo:  # the unfiltered best lag is the same for both calls
+            out.update(mean_delta=cols["long_any_slash_delta"], mean_score=cols["long_any_slash_score"],
+                       mean_sdh=cols["long_any_slash_score"].nan_to_num(nan=-1.0) >= cfg.kappa_long)
+        out.update({f"{rule}_delta": cols["long_slash_delta"], f"{rule}_score": cols["long_slash_score"], f"{rule}_sdh": cols["is_sdh_long"]})
+    cols = ["layer", "head", *[f"{r}_{x}" for r in RULES for x in ("delta", "score", "sdh")]]
+    return pd.DataFrame({k: out[k].reshape(-1).numpy() for k in cols})
+
+
+def rule_counts(heads: pd.DataFrame) -> dict[str, int]:
+    """Long-range SDH counts under the three rules, from ``rule_heads``."""
+    return {rule: int(heads[f"{rule}_sdh"].sum()) for rule in RULES}
 
 
 def checks(result: interp.ScanResult, per_prompt: list[interp.ScanResult], cells=CHECKS) -> pd.DataFrame:
@@ -104,7 +116,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         heads = result.heads
         reps = content_repeats(result, heads)
         secs = round(time.perf_counter() - t0, 1)
-        for rule, k in rule_counts(result).items():
+        by_rule = rule_heads(result)
+        by_rule.to_csv(args.out / f"long_range_{name}_heads.csv", index=False)
+        for rule, k in rule_counts(by_rule).items():
             summary.append({"model": name, "prompts": n, "tokens": t, "rule": rule, "long_sdh": k, "content_repeats": len(reps),
                             "seconds": secs})
         long_lag_table(result).to_csv(args.out / f"long_range_{name}_long_slash.csv", index=False)

@@ -74,6 +74,9 @@ def test_long_range_quick_run_rules_nest_and_checks_average_the_prompts(tmp_path
     mod = load_script(ANALYSES / "long_range_slash.py")
     df = mod.main(["--quick", "--out", str(tmp_path)]).set_index("rule")["long_sdh"]
     assert df["mean"] >= df["fraction"] >= df["fraction_loo"]  # each rule keeps a subset of the previous one's heads
+    heads = pd.read_csv(tmp_path / "long_range_tiny-llama_heads.csv")
+    assert (heads["mean_sdh"] >= heads["fraction_sdh"]).all() and (heads["fraction_sdh"] >= heads["fraction_loo_sdh"]).all()
+    assert heads[[f"{r}_sdh" for r in mod.RULES]].sum().tolist() == [df[r] for r in mod.RULES]
     chk = pd.read_csv(tmp_path / "long_range_tiny-llama_checks.csv")
     assert len(chk) == 2
     per = chk[[c for c in chk if c.startswith("prompt") and c.endswith("_score")]].to_numpy()
@@ -95,3 +98,13 @@ def test_cluster_length_equals_a_geometry_scan_of_each_prefix():
     assert mod.check(model, p, 96, per, [48, 96], 40) < 1e-5
     t = mod.table("tiny-llama", per, [48, 96])
     assert set(t["measure"]) == set(mod.MEASURES) and (t["boot_lo"] <= t["boot_hi"]).all()
+
+
+def test_page_load_quick_sizes_and_browser_times(tmp_path):
+    mod = load_script(ANALYSES / "benchmarks" / "page_load.py")
+    df = mod.main(["--quick", "--out", str(tmp_path)]).set_index("page")
+    written = pd.read_csv(tmp_path / "page_load.csv")
+    assert list(written["page"]) == ["empty", "report", "viewer", "viewer"]
+    assert df.loc["report", "bytes"] > 10 * df.loc["empty", "bytes"]  # the report inlines plotly.js (megabytes)
+    if mod.chromium():  # the in-page probe reported a time for every page
+        assert written["load_ms_median"].notna().all() and (written["load_ms_median"] > 0).all()
