@@ -11,7 +11,7 @@ every inline script, plotly's drawing included, has run) into the DOM; the table
 that in-browser time (``load_ms``: from navigation start to the load event) and the median wall time of the whole
 Chromium process (``wall_s``: start-up included). An empty page gives the baseline row (``page = empty``).
 
-Writes ``figures/page_load.csv``: ``page, model, scope, bytes, load_ms_median, load_ms_min, wall_s_median, repeats,
+Writes ``figures/page_load.csv``: ``page, model, scope, bytes, mb`` (bytes / 1e6), ``load_ms_median, load_ms_min, wall_s_median, repeats,
 load_1min`` (the machine's 1-minute load average before the run: the times are only as good as the machine was
 idle), ``machine``.
 
@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         for p in build_pages(args.model, args.prompts, args.tokens, windows, Path(d)):
             row = {k: p[k] for k in ("page", "model", "scope")}
             row["bytes"] = p["path"].stat().st_size
+            row["mb"] = row["bytes"] / 1e6
             loads, walls = [], []
             for _ in range(args.repeats if browser else 0):
                 ms, wall = load_once(browser, p["path"])
