@@ -12,6 +12,12 @@ from interp.measures import inp as freq
 from tests.conftest import load_script
 
 ANALYSES = Path(__file__).resolve().parents[1] / "analyses"
+FIG = ANALYSES.parent / "figures"
+
+
+def same_columns(quick: Path, committed: str) -> None:
+    """The quick run's table has the committed table's columns, in order (the script and its figure cannot drift apart)."""
+    assert list(pd.read_csv(quick, nrows=1).columns) == list(pd.read_csv(FIG / committed, nrows=1).columns), committed
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +74,8 @@ def test_sdh_count_quick_run(sdh, tmp_path):
     assert set(summ["group"]) == {"SDHs", "other heads"} and summ["heads"].sum() == r.heads
     heads = pd.read_csv(tmp_path / "inp_planes_heads.csv")
     assert heads["is_sdh"].sum() == r.sdh_count
+    for name in ("sdh_count_bootstrap.csv", "inp_planes_summary.csv", "inp_planes_heads.csv"):
+        same_columns(tmp_path / name, name)
 
 
 def test_long_range_quick_run_rules_nest_and_checks_average_the_prompts(tmp_path):
@@ -82,8 +90,9 @@ def test_long_range_quick_run_rules_nest_and_checks_average_the_prompts(tmp_path
     per = chk[[c for c in chk if c.startswith("prompt") and c.endswith("_score")]].to_numpy()
     np.testing.assert_allclose(per.mean(1), chk["slash_score"], rtol=1e-12)
     np.testing.assert_array_equal((per >= 1e-3).sum(1), chk["prompts_hit"])
-    for name in ("long_slash", "content_repeats"):
-        assert (tmp_path / f"long_range_tiny-llama_{name}.csv").exists()
+    same_columns(tmp_path / "long_range_summary.csv", "long_range_summary.csv")
+    for name in ("long_slash", "content_repeats", "heads", "checks"):
+        same_columns(tmp_path / f"long_range_tiny-llama_{name}.csv", f"long_range_smollm2-135m_{name}.csv")
 
 
 def test_cluster_length_equals_a_geometry_scan_of_each_prefix():
@@ -96,8 +105,9 @@ def test_cluster_length_equals_a_geometry_scan_of_each_prefix():
     # silhouette: float32 distances (interp.measures.geometry: within 1e-6 of float64); Davies-Bouldin: float64
     assert mod.check(model, p, 48, per, [48, 96], 40) < 1e-5
     assert mod.check(model, p, 96, per, [48, 96], 40) < 1e-5
-    t = mod.table("tiny-llama", per, [48, 96])
+    t = mod.table("tiny-llama", per, [48, 96]).assign(prompt_tokens=96)
     assert set(t["measure"]) == set(mod.MEASURES) and (t["boot_lo"] <= t["boot_hi"]).all()
+    assert list(t.columns) == list(pd.read_csv(FIG / "cluster_length.csv", nrows=1).columns)
 
 
 def test_page_load_quick_sizes_and_browser_times(tmp_path):
@@ -105,6 +115,7 @@ def test_page_load_quick_sizes_and_browser_times(tmp_path):
     df = mod.main(["--quick", "--out", str(tmp_path)]).set_index("page")
     written = pd.read_csv(tmp_path / "page_load.csv")
     assert list(written["page"]) == ["empty", "report", "viewer", "viewer"]
+    same_columns(tmp_path / "page_load.csv", "page_load.csv")
     assert df.loc["report", "bytes"] > 10 * df.loc["empty", "bytes"]  # the report inlines plotly.js (megabytes)
     if mod.chromium():  # the in-page probe reported a time for every page
         assert written["load_ms_median"].notna().all() and (written["load_ms_median"] > 0).all()
