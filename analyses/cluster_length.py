@@ -11,7 +11,8 @@ prompt: this script runs that forward once per prompt (``interp.hooks.taps.atten
 sweep's 12 minutes). ``--check N`` also runs ``interp.scan(..., ScanConfig(geometry=True))`` on the ``N``-token
 prefixes and reports the largest difference per head (the test runs it on a short length).
 
-Writes ``figures/cluster_length.csv``: ``model, length, prompts, measure`` (``silhouette_pre``, ``silhouette_rot``,
+Writes ``figures/cluster_length.csv`` (``--cluster-points``, default 1000: 500 + 500 as in the docs' sweep, whose silhouette
+medians in ``frayed_rope_summary.csv`` this reproduces to their rounding): ``model, length, prompts, measure`` (``silhouette_pre``, ``silhouette_rot``,
 ``davies_bouldin_pre``, ``davies_bouldin_rot``), ``median``, ``q25``, ``q75`` over heads, ``boot_lo`` / ``boot_hi``
 (95% percentile interval of the median over a bootstrap of the prompts, ``key_norm_length.BOOT`` resamples; with two
 prompts a crude interval: at most the span of the two prompts' own medians), ``prompt_tokens``.
@@ -36,6 +37,9 @@ from interp.hooks.taps import attention_taps  # noqa: E402
 from interp.measures.geometry import cluster_scores, sample_positions  # noqa: E402
 from key_norm_length import BOOT  # noqa: E402
 
+# the sweep of docs/results/paper-001.md ran with 500 + 500 points (the default before issue 23 made it 400 in all):
+# with these the silhouette medians here equal its frayed_rope_summary.csv values to the tables' 4-decimal rounding
+SWEEP_POINTS = 1000
 MEASURES = ["silhouette_pre", "silhouette_rot", "davies_bouldin_pre", "davies_bouldin_rot"]
 
 
@@ -86,7 +90,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--lengths", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--check", type=int, default=0, help="also compare with a geometry scan at this length (one of --lengths)")
-    ap.add_argument("--cluster-points", type=int, default=interp.ScanConfig().cluster_points)
+    ap.add_argument("--cluster-points", type=int, default=SWEEP_POINTS,
+                    help="points per head and prompt (default: those of the sweep in docs/results/paper-001.md)")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
