@@ -32,6 +32,9 @@ SCRIPTS = {
     "shape_zoo": HERE / "shape_zoo.py",
     "head_atlas": HERE / "head_atlas.py",
     "key_norm_length": HERE / "key_norm_length.py",
+    "cluster_length": HERE / "cluster_length.py",
+    "sdh_count_bootstrap": HERE / "sdh_count_bootstrap.py",
+    "long_range_slash": HERE / "long_range_slash.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
     "copy_2d_rope_seeds": HERE / "copy_2d_rope_seeds.py",
@@ -45,6 +48,7 @@ OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
               "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",
               "startup": HERE / "benchmarks" / "startup.py", "atlas_cost": HERE / "benchmarks" / "atlas_cost.py",
+              "page_load": HERE / "benchmarks" / "page_load.py",
               "gpu_scan": HERE / "benchmarks" / "gpu_scan.py"}  # full mode needs a CUDA GPU (skips, saying so, without one)
 
 
