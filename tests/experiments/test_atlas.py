@@ -112,3 +112,15 @@ def test_report_links_to_the_atlas_and_names_heavy_hitters(atlas, tiny_llama, tm
     report = (tmp_path / "b" / "report.html").read_text()
     assert 'href="atlas.html"' in report and "ids shown" not in report  # the tokenizer reached the heavy-hitter section
     assert "hh_sketch" in atlas.text.state  # the text pass ran the heavy-hitter measure
+
+
+def test_retrieval_pass_joins_its_scores(tiny_llama):
+    from interp.experiments.retrieval import RetrievalConfig
+
+    res = run_atlas(tiny_llama, AtlasConfig(prompts=1, tokens=32, inp=False, scan=ScanConfig(block_size=8, map_size=8),
+                                            retrieval=RetrievalConfig(lengths=(200,), depths=(0.5,), max_new_tokens=4)))
+    assert "retrieval" in res.seconds and res.retrieval is not None
+    want = res.retrieval.heads.set_index(["layer", "head"])["retrieval_score"]
+    got = res.table.set_index(["layer", "head"])["retrieval_score"]
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index(), check_names=False)
+    assert list(res.table["role_retrieval"]) == list((res.table["retrieval_score"] > 0.1).fillna(False))
