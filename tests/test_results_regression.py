@@ -36,6 +36,7 @@ SCHEMA = {
     "ood_ratio.py": ["ood_ratio.csv", "ood_ratio_summary.csv"],
     "compare_zoo.py": ["compare_zoo.csv", "compare_zoo_summary.csv"],
     "frayed_rope.py": ["frayed_rope_summary.csv"],
+    "head_atlas.py": ["atlas_summary.csv", "atlas_roles.csv", "atlas_cooccurrence.csv"],
 }
 NEEDS = {"band_ablation.py": "smollm2-135m", "ood_ratio.py": "smollm2-135m", "compare_zoo.py": "smollm2-135m"}
 # committed tables written by an older version of their script, with the command that regenerates them; the schema
@@ -158,3 +159,20 @@ def test_dyck_layer_ablation_is_derived_from_the_counting_table():
     ref = pd.read_csv(FIG / "dyck_layer_ablation.csv")
     assert list(got.columns) == list(ref.columns)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), ref, check_dtype=False, atol=1e-4)
+
+
+def test_atlas_text_pass_is_the_committed_zoo_scan():
+    """The atlas's text pass (8 x 1024 pydoc, seed 0) and compare_zoo.py's scan are the same computation, run
+    separately: every head's slash score and r1 agree to the CSVs' printing (6 significant digits), and the SDH
+    counts equal sdh_count_bootstrap.csv's."""
+    boot = pd.read_csv(FIG / "sdh_count_bootstrap.csv").set_index("model")
+    summary = pd.read_csv(FIG / "atlas_summary.csv").set_index("model")
+    zoo = pd.read_csv(FIG / "compare_zoo.csv")
+    for model in summary.index:
+        assert summary.loc[model, "sdh"] == boot.loc[model, "sdh_count"], model
+        atlas = pd.read_csv(FIG / f"atlas_{model}.csv").set_index(["layer", "head"])
+        z = zoo[zoo["model"] == model].set_index(["layer", "head"])
+        assert len(z) == len(atlas), f"compare_zoo.csv lacks {model}"
+        for col in ("slash_score", "r1_q", "r1_k", "sink_weight"):
+            np.testing.assert_allclose(atlas[col].to_numpy(), z.loc[atlas.index, col].to_numpy(), rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{model} {col}")
