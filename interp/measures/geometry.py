@@ -65,14 +65,19 @@ CLUSTER_POINTS = 400
 class _Cloud:
     """Points ``x [batch, m, d]`` (float64, centred by the caller) with the float32 factors of the distance expansion:
     ``(X @ Y^T)_ij = ||x_i||^2 + ||x_j||^2 - 2 x_i . x_j`` for ``X = [x, ||x||^2, 1]``, ``Y = [-2 x, 1, ||x||^2]``, so one
-    matrix product gives the squared distances."""
+    matrix product gives the squared distances. ``sq`` holds the float64 ``||x_i||^2`` ``[batch, m]``, ``n2`` the
+    float32 copy inside ``X``."""
 
     def __init__(self, x: torch.Tensor, parts=None):
         self.x = x
         if parts is None:
-            n2 = (x * x).sum(-1, keepdim=True).float()
-            x32, one = x.float(), torch.ones_like(n2)
-            parts = (torch.cat([x32, n2, one], -1), torch.cat([x32.mul_(-2.0), one, n2], -1), n2[..., 0])
+            B, m, d = x.shape
+            self.sq = (x * x).sum(-1)
+            X, Y = torch.empty(B, m, d + 2), torch.empty(B, m, d + 2)  # filled in place: no concatenation copies
+            X[..., :d] = x  # rounds to float32, as x.float()
+            torch.mul(X[..., :d], -2.0, out=Y[..., :d])  # exact in float32
+            X[..., d], X[..., d + 1], Y[..., d], Y[..., d + 1] = self.sq, 1.0, 1.0, self.sq
+            parts = (X, Y, X[..., d])
         self.X, self.Y, self.n2 = parts
 
     def __getitem__(self, s: slice) -> "_Cloud":
@@ -86,20 +91,20 @@ def _distances(a: _Cloud, b: _Cloud, same: bool = False) -> torch.Tensor:
     """``[batch, m, n]`` float32 Euclidean distances between the points of ``a`` and ``b`` (``same``: ``a is b``, zero diagonal).
 
     One float32 product for the squared distances (clipped at 0, as scikit-learn's ``euclidean_distances``); the
-    few pairs with ``d^2 < NEAR (||x_i||^2 + ||y_j||^2)`` are recomputed in float64 from the differences. A batch
-    whose smallest ``d^2`` is at least ``NEAR`` times its two largest squared norms has none and is not searched.
+    few pairs with ``d^2 < NEAR (||x_i||^2 + ||y_j||^2)`` are recomputed in float64 from the differences. Only the rows
+    i whose smallest ``d^2`` is below ``NEAR (||x_i||^2 + max_j ||y_j||^2)`` can hold such a pair, so only they are searched.
     """
     d2 = torch.bmm(a.X, b.Y.transpose(1, 2))
     if same:
         d2.diagonal(dim1=1, dim2=2).fill_(float("inf"))
-    low = d2.amin((1, 2))
-    maybe = (low < NEAR * (a.n2.amax(-1) + b.n2.amax(-1))).nonzero()[:, 0]  # batches that may hold a near pair
-    if len(maybe):
-        margin = (d2[maybe] - NEAR * a.n2[maybe][:, :, None]).sub_(NEAR * b.n2[maybe][:, None, :])
-        fb, i, j = (margin < 0).nonzero(as_tuple=True)
-        if len(fb):
-            bi = maybe[fb]
-            d2[bi, i, j] = (a.x[bi, i] - b.x[bi, j]).square_().sum(-1).float()
+    low = d2.amin(-1)  # [batch, m] row minima
+    fb, i = (low < NEAR * (a.n2 + b.n2.amax(-1, keepdim=True))).nonzero(as_tuple=True)  # rows that may hold a near pair
+    if len(fb):
+        margin = (d2[fb, i] - NEAR * a.n2[fb, i][:, None]).sub_(NEAR * b.n2[fb])  # [row, n]
+        r, j = (margin < 0).nonzero(as_tuple=True)
+        if len(r):
+            bi, ii = fb[r], i[r]
+            d2[bi, ii, j] = (a.x[bi, ii] - b.x[bi, j]).square_().sum(-1).float()
     if same:
         d2.diagonal(dim1=1, dim2=2).zero_()
     if bool((low < 0).any()):
@@ -144,24 +149,25 @@ def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Ten
         ShapeError: q/k layouts do not match (``interp.attention.check_qk``).
     """
     check_qk(q, k)
-    H, g = q.shape[1], q.shape[1] // k.shape[1]
-    m = len(positions)
+    H, K = q.shape[1], k.shape[1]
+    g, m = H // K, len(positions)
     out = torch.full((2, H), torch.nan, dtype=torch.float64)
     if m < 2:
         return out
-    qs = q[positions.to(q.device)].double().transpose(0, 1)  # [head, m, d]
-    ks = k[positions.to(k.device)].double().transpose(0, 1)  # [kv_head, m, d]
-    c_q, c_k = qs.mean(1, keepdim=True), ks.mean(1, keepdim=True)  # [head | kv_head, 1, d] centroids
-    kg, c_kg = ks.repeat_interleave(g, dim=0), c_k.repeat_interleave(g, dim=0)  # the kv head each query head reads
-    xq, xk = qs - c_q, ks - c_k
-    within = _self_distance_sums(_Cloud(torch.cat([xq, xk])))  # [head + kv_head, m]: both clouds in one batch
+    pts = torch.cat([q[positions.to(q.device)], k[positions.to(k.device)]], 1).double().transpose(0, 1)  # [head + kv_head, m, d]
+    cen = pts.mean(1, keepdim=True)  # [head + kv_head, 1, d] centroids: queries' then keys'
+    cloud = _Cloud(pts - cen)  # each cluster on its centroid, both clouds in one batch
+    within = _self_distance_sums(cloud)  # [head + kv_head, m]
     a = torch.cat([within[:H], within[H:].repeat_interleave(g, dim=0)], 1) / (m - 1)
-    mid = (c_q + c_kg) / 2
-    d_qk = _distances(_Cloud(qs - mid), _Cloud(kg - mid))  # [head, m, m]
+    c_q, c_k = cen[:H].view(K, g, 1, -1), cen[H:].view(K, 1, 1, -1)  # query heads grouped by the kv head they read
+    mid = (c_q + c_k) / 2
+    qs, ks = pts[:H].view(K, g, m, -1), pts[H:].view(K, 1, m, -1)
+    d_qk = _distances(_Cloud((qs - mid).reshape(H, m, -1)), _Cloud((ks - mid).reshape(H, m, -1)))  # [head, m, m]
     b = torch.cat([d_qk.sum(-1), d_qk.sum(-2)], 1).double() / m
     out[0] = ((b - a) / torch.maximum(a, b)).nan_to_num(nan=0.0).mean(-1).cpu()
-    s_q, s_k = xq.norm(dim=-1).mean(-1), xk.norm(dim=-1).mean(-1).repeat_interleave(g)
-    d_c = (c_q - c_kg)[:, 0].norm(dim=-1)
+    spread = cloud.sq.sqrt().mean(-1)  # [head + kv_head]: mean distance to the centroid
+    s_q, s_k = spread[:H], spread[H:].repeat_interleave(g)
+    d_c = (c_q - c_k).view(H, -1).norm(dim=-1)
     close = lambda t: torch.isclose(t, torch.zeros_like(t))  # noqa: E731  (numpy's isclose defaults, as scikit-learn)
     db = (s_q + s_k) / d_c
     out[1] = torch.where((close(s_q) & close(s_k)) | close(d_c), torch.zeros_like(db), db).cpu()
@@ -171,13 +177,15 @@ def cluster_scores(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Ten
 def received(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"]) -> Float[torch.Tensor, "head pos"]:
     """``[head, pos]``: ``r_j = mean_{i >= j} q_i . k_j`` (001 Fig. 5 right, before normalising), float64."""
     check_qk(q, k)
-    N, H = q.shape[0], q.shape[1]
+    N, H, d = q.shape
     n_kv, g = k.shape[1], H // k.shape[1]
-    qd = q.double()
-    suffix = qd.sum(0) - qd.cumsum(0) + qd  # [pos, head, d]: sum_{i >= j} q_i
-    dots = (suffix.view(N, n_kv, g, -1) * k.double()[:, :, None]).sum(-1).view(N, H)
+    f64 = {"dtype": torch.float64, "memory_format": torch.contiguous_format}
+    # positions reversed and last (contiguous), so that a prefix sum along the last axis is the suffix sum over queries
+    suffix = q.flip(0).permute(1, 2, 0).to(**f64).cumsum_(-1)  # [head, d_head, pos]: sum_{i >= j} q_i at column N-1-j
+    k_rev = k.flip(0).permute(1, 2, 0).to(**f64)  # [kv_head, d_head, pos]
+    dots = suffix.view(n_kv, g, d, N).mul_(k_rev[:, None]).sum(2).view(H, N).flip(-1)
     count = torch.arange(N, 0, -1, dtype=torch.float64, device=q.device)  # N - j queries at or after j
-    return (dots / count[:, None]).T
+    return dots / count
 
 
 def max_qk(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
@@ -188,34 +196,41 @@ def max_qk(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "po
     sees, the causal / window mask applied only to the keys that not every query of the block sees.
     """
     check_qk(q, k)
-    N, H = q.shape[0], q.shape[1]
-    n_kv, g = k.shape[1], H // k.shape[1]
-    idx = torch.arange(N) if queries is None else queries.cpu()
+    idx = torch.arange(q.shape[0]) if queries is None else queries.cpu()
     order = idx.argsort()
     srt = idx[order]
-    kt = k.float().permute(1, 2, 0)  # [kv, d, pos]
-    res = torch.empty(H, len(idx), dtype=torch.float32, device=q.device)
+    res = _max_qk_sorted(q[srt.to(q.device)], srt, k, window, block_size)
+    out = torch.empty_like(res)
+    out[:, order.to(q.device)] = res
+    return out
+
+
+def _max_qk_sorted(qs: torch.Tensor, srt: torch.Tensor, k: torch.Tensor, window: int | None, block_size: int) -> torch.Tensor:
+    """``max_qk`` of the query rows ``qs [query, head, d_head]`` at the increasing positions ``srt [query]`` (CPU):
+    ``[head, query]`` float32, in the order of ``srt``."""
+    H, dev = qs.shape[1], qs.device
+    n_kv, g = k.shape[1], H // k.shape[1]
+    kt = k.float().permute(1, 2, 0).contiguous()  # [kv, d, pos]: each block's keys a strided slice, no copy
+    res = torch.empty(H, len(srt), dtype=torch.float32, device=dev)
     for b0 in range(0, len(srt), block_size):
         rows = srt[b0 : b0 + block_size]
         first, last = int(rows[0]), int(rows[-1]) + 1
         lo = 0 if window is None else max(0, first - window + 1)  # the lowest key the block sees
         lo_all = 0 if window is None else max(0, last - window)  # keys [lo_all, first] are seen by every row
-        rd = rows.to(q.device)
-        qb = q[rd].float().permute(1, 0, 2).reshape(n_kv, g * len(rows), -1)  # query heads of a kv head side by side
+        rd = rows.to(dev)
+        qb = qs[b0 : b0 + block_size].float().permute(1, 0, 2).reshape(n_kv, g * len(rows), -1)  # query heads of a kv head side by side
         s = torch.matmul(qb, kt[:, :, lo:last]).view(H, len(rows), last - lo)
         a, b = max(lo_all, lo) - lo, first + 1 - lo  # columns of s seen by every row: [a, b)
         if a < b:
             best = s[..., a:b].amax(-1)
             for c0, c1 in ((0, a), (b, last - lo)):
                 if c1 > c0:
-                    vis = _visible(rd, torch.arange(lo + c0, lo + c1, device=q.device), window)
-                    best = torch.maximum(best, s[..., c0:c1].masked_fill(~vis, float("-inf")).amax(-1))
+                    vis = _visible(rd, torch.arange(lo + c0, lo + c1, device=dev), window)
+                    best = torch.maximum(best, s[..., c0:c1].masked_fill_(~vis, float("-inf")).amax(-1))
         else:
-            best = s.masked_fill(~_visible(rd, torch.arange(lo, last, device=q.device), window), float("-inf")).amax(-1)
+            best = s.masked_fill_(~_visible(rd, torch.arange(lo, last, device=dev), window), float("-inf")).amax(-1)
         res[:, b0 : b0 + len(rows)] = best
-    out = torch.empty_like(res)
-    out[:, order.to(q.device)] = res
-    return out
+    return res
 
 
 def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, seed: int,
@@ -223,15 +238,23 @@ def prompt_sums(q_pre, k_pre, q_rot, k_rot, window: int | None, n_points: int, s
     """One layer of one prompt: this module's additions, ``{name: tensor}`` without the layer axis.
 
     Cluster scores on ``sample_positions(pos, n_points, seed)``, max q.k on the queries ``sample_positions(pos,
-    2 * n_queries, seed)`` (the same permutation: the cluster positions are among them)."""
-    pos = sample_positions(q_pre.shape[0], n_points, seed)
-    qpos = sample_positions(q_pre.shape[0], 2 * n_queries, seed)
-    pre, rot = cluster_scores(q_pre, k_pre, pos), cluster_scores(q_rot, k_rot, pos)
+    2 * n_queries, seed)`` (the same permutation: the cluster positions are among them). Pre- and post-RoPE go through
+    ``cluster_scores`` and ``max_qk`` as one batch of ``2 * head`` heads (pre then rot, so query head h still reads kv
+    head ``h // group``), with only the sampled query rows copied: the same per-head values as separate calls, at half
+    the per-call overhead."""
+    H, N = q_pre.shape[1], q_pre.shape[0]
+    check_qk(q_pre, k_pre)
+    pos = sample_positions(N, n_points, seed)
+    qpos = sample_positions(N, 2 * n_queries, seed)  # increasing
+    both = lambda x, y, at=None: torch.cat([x, y] if at is None else [x[at], y[at]], 1)  # noqa: E731  [.., 2 head, d_head]
+    sil, db = cluster_scores(both(q_pre, q_rot, pos), both(k_pre, k_rot, pos), torch.arange(len(pos)))  # [2 head] each
+    dev = q_pre.device
+    mq = _max_qk_sorted(both(q_pre, q_rot, qpos.to(dev)), qpos, both(k_pre, k_rot), window, 64)  # [2 head, query]
     return {
-        "geo_cluster": torch.stack([pre[0], rot[0], pre[1], rot[1]]),
+        "geo_cluster": torch.stack([sil[:H], sil[H:], db[:H], db[H:]]),
         "geo_key_norm": k_pre.double().norm(dim=-1).T,
         "geo_received_pre": received(q_pre, k_pre), "geo_received_rot": received(q_rot, k_rot),
-        "geo_max_qk": torch.stack([max_qk(q_pre, k_pre, window, qpos).double().mean(-1), max_qk(q_rot, k_rot, window, qpos).double().mean(-1)]),
+        "geo_max_qk": mq.double().mean(-1).view(2, H),
     }
 
 
