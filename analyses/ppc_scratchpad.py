@@ -38,9 +38,9 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -61,8 +61,7 @@ COLUMNS = ["task", "method", "jump", "depth", "length_lo", "length_hi", "exact_m
 ROPE_PE = "partial"  # as sparse_parity.py (GPT-NeoX's rotary_pct = 0.25)
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(NamedTuple):
     """One scratchpad task: training range of ``l``, test bins (in the paper's length unit), batch size, and the
     ``interp.lab`` functions that draw batches and size the id range."""
 
@@ -87,8 +86,8 @@ class Task:
 
 TASKS = {"parity": Task("parity", (5, 20), ((10, 40), (42, 80), (82, 120), (122, 160), (162, 200)), 2, 64, ppc.VOCAB_SIZE),
          "va": Task("va", (20, 60), ((20, 60), (61, 100), (101, 150), (151, 200)), 1, 32, va.vocab_size())}
-FULL = dict(steps=800, curriculum=1000, chunk=100, test=64, seeds=(0, 1, 2), levels=LEVELS)
-QUICK = dict(steps=4, curriculum=2, chunk=2, test=4, seeds=(0, 1), levels={"parity": (1,), "va": (2,)})
+FULL = dict(steps=800, curriculum=1000, chunk=100, test=64, probe=64, seeds=(0, 1, 2), levels=LEVELS)
+QUICK = dict(steps=4, curriculum=2, chunk=2, test=4, probe=8, seeds=(0, 1), levels={"parity": (1,), "va": (2,)})
 
 
 def pose_ids(batch: dict, rng: np.random.Generator, l_max: int, cap: int) -> dict:
@@ -125,7 +124,7 @@ def train_scratchpad(task: Task, method: str, level: int, cfg: dict, seed: int, 
         tc = TrainConfig(steps=cfg["chunk"], lr=1e-2, warmup=min(10, cfg["chunk"]), min_lr_frac=1.0, seed=seed + step)
         train(model, lambda s, rng, j=cur: task.batch(rng, task.batch_size, task.train_ell, j, coupled, l_max, shift=False), tc)
         step += cfg["chunk"]
-        while not done and exact(task, model, probe_rng, task.train_ell, cur, 64, coupled, l_max) >= 0.9:
+        while not done and exact(task, model, probe_rng, task.train_ell, cur, cfg["probe"], coupled, l_max) >= 0.9:
             moved.append(step)
             done = cur == level
             cur = min(level, cur + 1)
@@ -207,10 +206,10 @@ def job_order(cfg: dict, seeds, tasks) -> list[tuple]:
     """``(task, method, level, seed)`` jobs, the new comparisons first, seed by seed: variable assignment (PPC) at the
     first depth, parity with RoPE + PoSE at jump 1, variable assignment (absolute PE); then parity PPC / absolute PE
     at jump 1; then the remaining levels."""
-    new = [("va", "ppc", cfg["levels"]["va"][0]), ("parity", "rope_pose", cfg["levels"]["parity"][0]),
-           ("va", "absolute", cfg["levels"]["va"][0])]
-    old = [("parity", m, cfg["levels"]["parity"][0]) for m in ("ppc", "absolute")]
-    rest = [(t, m, lev) for t in ("va", "parity") for lev in cfg["levels"][t][1:] for m in METHODS[t]]
+    lev = {t: cfg["levels"][t] for t in METHODS if t in tasks and cfg["levels"][t]}
+    new = [(t, m, lev[t][0]) for t, m in (("va", "ppc"), ("parity", "rope_pose"), ("va", "absolute")) if t in lev]
+    old = [("parity", m, lev["parity"][0]) for m in ("ppc", "absolute") if "parity" in lev]
+    rest = [(t, m, x) for t in ("va", "parity") if t in lev for x in lev[t][1:] for m in METHODS[t]]
     order = [(*c, s) for group in (new, old) for s in seeds for c in group] + [(*c, s) for c in rest for s in seeds]
     return [j for j in order if j[0] in tasks]
 
@@ -231,12 +230,17 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "a few steps and test points per cell, one jump / depth, 2 seeds (seconds)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="training seeds (default 0 1 2; quick: 0 1)")
     ap.add_argument("--tasks", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--levels", type=int, nargs="+", default=None, help="only these jumps (parity) / depths (variable "
+                    "assignment); default all")
     ap.add_argument("--workers", type=int, default=2, help="processes for the independent trainings (quick: 1)")
     ap.add_argument("--fresh", action="store_true", help="retrain every job (default: keep the rows of jobs already in "
                     "OUT/ppc.csv; each finished job is saved at once, so an interrupted run resumes)")
     args = ap.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     seeds = args.seeds if args.seeds is not None else cfg["seeds"]
+    if args.levels is not None:
+        cfg["levels"] = {t: tuple(lev for lev in cfg["levels"][t] if lev in args.levels) for t in cfg["levels"]}
+        args.tasks = [t for t in args.tasks if cfg["levels"][t]]
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "ppc.csv"
     done = pd.read_csv(path) if path.exists() and not args.fresh else pd.DataFrame(columns=COLUMNS)
@@ -265,6 +269,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                 collect(f.result())
     df = _save(pd.concat(frames, ignore_index=True), path)
     s = summary(df)
+    s.rename(columns={"level": "jump_or_depth"}).round(4).to_csv(args.out / "ppc_summary.csv", index=False)
     s["cell"] = s["mean"].map("{:.2f}".format) + " +- " + s["std"].fillna(0).map("{:.2f}".format) + " (" + s["n"].astype(str) + ")"
     for t, g in s.groupby("task", sort=False):
         print(f"{t}: exact match, mean +- sd over (n) seeds (columns: upper end of the length bin):")

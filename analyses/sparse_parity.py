@@ -97,13 +97,14 @@ def figure(a: pd.DataFrame) -> go.Figure:
     """Heatmap of the mean accuracy over seeds by (k_test, length bin), the sd over seeds in each cell's text."""
     g = a.groupby(["k_test", "length_hi"]).accuracy
     piv, sd = g.mean().unstack(), g.std().fillna(0).unstack()
-    text = [[f"{m:.2f}<br>+-{s:.2f}" for m, s in zip(rm, rs)] for rm, rs in zip(piv.values, sd.values)]
+    many = a.seed.nunique() > 1
+    text = [[f"{m:.2f}<br>+-{s:.2f}" if many else f"{m:.2f}" for m, s in zip(rm, rs)] for rm, rs in zip(piv.values, sd.values)]
     fig = go.Figure(go.Heatmap(z=piv.values, x=[f"{lo}-{hi}" for lo, hi in SP_BINS], y=piv.index, zmin=0.5, zmax=1,
                                colorscale="Viridis", text=text, texttemplate="%{text}", colorbar=dict(title="accuracy")))
     fig.update_xaxes(title="test length 2l (training: 20-50)")
     fig.update_yaxes(title="k_test", dtick=1)
     fig.update_layout(height=500, width=800, title=f"sparse parity, RoPE ({SP_PE}) + PoSE, K_train = {K_TRAIN}: accuracy, "
-                      f"mean (+- sd) over {a.seed.nunique()} seeds (003 Fig. 3)")
+                      f"mean (+- sd) over {a.seed.nunique()} seed(s) (003 Fig. 3)")
     return fig
 
 

@@ -28,6 +28,8 @@ def test_quick_ppc_scratchpad_over_seeds_and_resume(tmp_path):
     # a second run keeps the finished jobs instead of retraining them
     again = mod.main(["--quick", "--out", str(tmp_path)])
     assert len(again) == len(csv) and (tmp_path / "ppc.html").exists()
+    summ = pd.read_csv(tmp_path / "ppc_summary.csv")
+    assert len(summ) == len(s) and summ["n"].eq(2).all()
 
 
 def test_pose_ids_are_pose_rows():
