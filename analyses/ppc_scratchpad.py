@@ -171,7 +171,7 @@ def run_job(job: tuple, cfg: dict) -> tuple[pd.DataFrame, str]:
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Mean and sample standard deviation of exact match over seeds, per (task, method, jump / depth, length bin)."""
-    key = df.assign(level=df.jump.fillna(df.depth).astype(int))
+    key = df.assign(level=df.jump.astype(float).fillna(df.depth.astype(float)).astype(int))
     return (key.groupby(["task", "method", "level", "length_lo", "length_hi"], sort=False).exact_match
             .agg(mean="mean", std="std", n="count").reset_index())
 
@@ -217,7 +217,7 @@ def job_order(cfg: dict, seeds, tasks) -> list[tuple]:
 
 
 def _key(df: pd.DataFrame) -> pd.Series:
-    return df.task + "/" + df.method + "/" + df.jump.fillna(df.depth).astype(int).astype(str) + "/" + df.seed.astype(str)
+    return df.task + "/" + df.method + "/" + df.jump.astype(float).fillna(df.depth.astype(float)).astype(int).astype(str) + "/" + df.seed.astype(str)
 
 
 def _save(df: pd.DataFrame, path: Path) -> pd.DataFrame:
