@@ -42,6 +42,7 @@ SCRIPTS = {
     "leave_one_out": HERE / "leave_one_out.py",
     "dyck_depth": HERE / "dyck_depth.py",
     "sparse_parity": HERE / "sparse_parity.py",
+    "ppc_scratchpad": HERE / "ppc_scratchpad.py",
     "rope_id_lm": HERE / "rope_id_lm.py",
 }
 OPTIONAL = {"pca_snapshot": HERE / "pca_snapshot.py", "embedding_cone": HERE / "embedding_cone.py"}  # present once issue 8's part lands

@@ -138,25 +138,50 @@ def ppc_batch(rng: np.random.Generator, batch: int, ell_range: tuple[int, int], 
     if len(ells_ok) == 0:
         raise ValueError(f"ppc_batch: no multiple of jump={jump} in l range {ell_range}")
     ells = rng.choice(ells_ok, batch)
-    width = int(ells.max() + ells.max() // jump + 2)
-    if (coupled and ells.max() // jump >= l_max) or (not coupled and width > l_max):
+    if (coupled and ells.max() // jump >= l_max) or (not coupled and ells.max() + ells.max() // jump + 2 > l_max):
         raise ValueError(f"ppc_batch: l up to {ells.max()} does not fit in l_max={l_max} position ids")
-    tok = np.zeros((batch, width), np.int64)
-    pos = np.zeros((batch, width), np.int64)
-    mask = np.zeros((batch, width), bool)
-    for r, ell in enumerate(ells):
+    rows = []
+    for ell in ells:
         ell = int(ell)
-        n = ell + ell // jump + 2
-        tok[r, :n] = scratchpad_tokens(rng.integers(0, 2, ell), jump)
-        p = coupled_position_ids(ell, jump) if coupled else np.arange(n)
+        tok = scratchpad_tokens(rng.integers(0, 2, ell), jump)
+        p = coupled_position_ids(ell, jump) if coupled else np.arange(len(tok))
         if shift:
-            hi = l_max - p.max() if max_offset is None else min(l_max - p.max(), max_offset + 1)
-            p = p + rng.integers(0, hi)  # all shifted ids <= l_max - 1
-        pos[r, :n] = p
+            p = shift_ids(rng, p, l_max, max_offset)
+        rows.append((tok, p, ell + 2))
+    out = pack_rows(rows, l_max)
+    out["ell"] = torch.from_numpy(ells.astype(np.int64))
+    return out
+
+
+def shift_ids(rng: np.random.Generator, ids: np.ndarray, l_max: int, max_offset: int | None = None) -> np.ndarray:
+    """``ids + u`` with one offset ``u ~ Unif{0, ..., l_max - 1 - max(ids)}`` (003 Sec. 5.2's training shift).
+
+    ``max_offset``: cap ``u`` at this value (an offset curriculum; ``None``: the paper's law). ids: [n] int64.
+    Returns [n] int64, all ``< l_max``.
+    """
+    hi = l_max - ids.max() if max_offset is None else min(l_max - ids.max(), max_offset + 1)
+    return ids + rng.integers(0, hi)
+
+
+def pack_rows(rows: list[tuple[np.ndarray, np.ndarray, int]], l_max: int) -> dict:
+    """Right-pad ``(tokens [n], position ids [n], first target index)`` rows into one batch.
+
+    Pads are ``<pad>`` (id 0) whose ids continue the sequence's last id (capped at ``l_max - 1``); they follow the
+    sequence, so causal attention never lets them change it.
+
+    Returns:
+        dict(input_ids [batch, pos], position_ids [batch, pos] int64, loss_mask [batch, pos] bool: True from the first
+        target index to the end of each row), torch tensors.
+    """
+    width = max(len(t) for t, _, _ in rows)
+    tok = np.zeros((len(rows), width), np.int64)
+    pos = np.zeros((len(rows), width), np.int64)
+    mask = np.zeros((len(rows), width), bool)
+    for r, (t, p, start) in enumerate(rows):
+        n = len(t)
+        tok[r, :n], pos[r, :n], mask[r, start:n] = t, p, True
         pos[r, n:] = np.minimum(p[-1] + 1 + np.arange(width - n), l_max - 1)
-        mask[r, ell + 2:n] = True
-    t = torch.from_numpy
-    return dict(input_ids=t(tok), position_ids=t(pos), loss_mask=t(mask), ell=t(ells.astype(np.int64)))
+    return dict(input_ids=torch.from_numpy(tok), position_ids=torch.from_numpy(pos), loss_mask=torch.from_numpy(mask))
 
 
 class PPCModel(nn.Module):
@@ -271,10 +296,20 @@ def exact_match(model, rng: np.random.Generator, ell_range: tuple[int, int], jum
     Raises:
         ValueError: ``n_examples < 1`` or as :func:`ppc_batch`.
     """
+    return exact_match_of(model, lambda b: ppc_batch(rng, b, ell_range, jump, coupled=coupled, l_max=l_max, shift=False),
+                          n_examples, batch_size)
+
+
+def exact_match_of(model, make_batch, n_examples: int, batch_size: int = 64) -> float:
+    """Fraction of ``n_examples`` examples from ``make_batch(size) -> dict`` (as :func:`ppc_batch`) that
+    :func:`teacher_forced_exact` calls right, drawn in batches of at most ``batch_size``.
+
+    Raises:
+        ValueError: ``n_examples < 1``.
+    """
     if n_examples < 1:
         raise ValueError(f"exact_match: n_examples must be >= 1, got {n_examples}")
     hits = 0
     for s in range(0, n_examples, batch_size):
-        b = ppc_batch(rng, min(batch_size, n_examples - s), ell_range, jump, coupled=coupled, l_max=l_max, shift=False)
-        hits += int(teacher_forced_exact(model, b).sum())
+        hits += int(teacher_forced_exact(model, make_batch(min(batch_size, n_examples - s))).sum())
     return hits / n_examples
