@@ -40,6 +40,18 @@ def one_thread():
         torch.set_num_threads(before)
 
 
+def installed(names: list[str]) -> list[str]:
+    """The models of ``names`` this machine has (``interp.models.is_installed``: tiny models always), in order; one line
+    names each other one, so a script run on a machine without the optional zoo models says what it left out."""
+    from interp.models import is_installed
+
+    have = [n for n in names if is_installed(n)]
+    for n in names:
+        if n not in have:
+            print(f"{n}: not installed, skipped (`interp models` prints its install command)")
+    return have
+
+
 def parser(doc: str, quick_help: str) -> argparse.ArgumentParser:
     """The options every analysis script takes: ``--models``, ``--quick`` (seconds, for the tests) and ``--out``."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])

@@ -43,7 +43,7 @@ from interp.experiments.ablation import band_ablation_table, band_variants
 from interp.hooks.intervene import mean_nll, rope_intervention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import MODELS, parser, save_figure  # noqa: E402
+from _common import MODELS, installed, parser, save_figure  # noqa: E402
 
 BANDS = ["wo_high", "wo_medium", "wo_low"]
 BOOT = 10000  # bootstrap resamples (percentile intervals, numpy seed 0)
@@ -172,10 +172,7 @@ def causal_only(args) -> dict:
     """``--causal-only``: the causal NLL table of each of ``--models`` (no scans), merged into the tables in ``--out``."""
     args.out.mkdir(parents=True, exist_ok=True)
     sums, pers = [], []
-    for name in args.models:
-        if not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         t0 = time.perf_counter()
         model = interp.load_model(name, device="cpu")
         p = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
@@ -246,10 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.causal_only:
         return causal_only(args)
     tables, boots, causal, causal_prompts = [], [], [], []
-    for name in args.models:
-        if not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped ({name} install: see `interp models`)")
-            continue
+    for name in installed(args.models):
         r = run_model(name, args.prompts, args.tokens, args.causal)
         tables.append(r["table"])
         boots.append(r["boot"])

@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interp  # noqa: E402
-from _common import parser  # noqa: E402
+from _common import installed, parser  # noqa: E402
 from interp.hooks.taps import attention_taps  # noqa: E402
 from interp.measures.geometry import cluster_scores, sample_positions  # noqa: E402
 from key_norm_length import BOOT  # noqa: E402
@@ -102,10 +102,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         ap.error(f"--check {args.check} must be one of --lengths ({args.lengths})")
     args.out.mkdir(parents=True, exist_ok=True)
     frames = []
-    for name in args.models:
-        if not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         t0 = time.perf_counter()
         model = interp.load_model(name, device="cpu")
         p = interp.corpus.prompts(model, "random" if args.quick else "pydoc", args.prompts, max(lengths), beyond_context=True)

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interp  # noqa: E402
-from _common import FIGURES, parser, save_figure  # noqa: E402
+from _common import FIGURES, installed, parser, save_figure  # noqa: E402
 from interp.experiments.atlas import (BANDS, ROLE_NAMES, AtlasConfig, atlas_table, band_attribution, cooccurrence,  # noqa: E402
                                       role_summary, run_atlas)
 from interp.report.atlas_page import role_grid  # noqa: E402
@@ -68,10 +68,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     roles, co, attr, summary = [], [], [], []
-    for name in args.models:
-        if not name.startswith("tiny") and not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         model = interp.load_model(name, device="cpu")
         res = run_atlas(model, AtlasConfig(prompts=args.prompts, tokens=args.tokens, ablate=True, n_remove=n_remove))
         ret = retrieval_scores(name)

@@ -33,7 +33,7 @@ from interp.measures.inp import layer_inv_freq
 from interp.measures import inp as freq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import parser, save_figure  # noqa: E402
+from _common import installed, parser, save_figure  # noqa: E402
 
 X_MAX = 64
 
@@ -99,10 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256
     args.out.mkdir(parents=True, exist_ok=True)
     tables, panels, curves = [], [], []
-    for name in args.models:
-        if not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped (see `interp models`)")
-            continue
+    for name in installed(args.models):
         model = interp.load_model(name, device="cpu")
         t0 = time.perf_counter()
         res = interp.scan(model, interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens), interp.ScanConfig(inp=True))

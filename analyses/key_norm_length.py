@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interp  # noqa: E402
-from _common import parser  # noqa: E402
+from _common import installed, parser  # noqa: E402
 from interp.hooks.taps import attention_taps  # noqa: E402
 from interp.measures.base import kv_index  # noqa: E402
 
@@ -101,10 +101,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     lengths = [int(x) for x in args.lengths.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     frames = []
-    for name in args.models:
-        if not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         t0 = time.perf_counter()
         model = interp.load_model(name, device="cpu")
         n_draw = max(args.prompt_tokens, max(lengths))

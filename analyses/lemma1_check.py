@@ -41,7 +41,7 @@ from interp.rope.clouds import rank1_rotated_gram
 from interp.measures import spectrum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import one_thread, parser, save_figure  # noqa: E402
+from _common import installed, one_thread, parser, save_figure  # noqa: E402
 
 LONG, HUGE = 32768, 2**30  # the rank-1 model also at a long context and near n -> inf (closed form, any n)
 
@@ -169,10 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     frames = []
-    for name in args.models:
-        if not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         df, secs = run_model(name, sorted(args.lengths), args.prompts)
         frames.append(df)
         print(f"{name}: scans {', '.join(f'{n} tok {s:.0f} s' for n, s in secs.items())} ({args.prompts} prompt(s) each)", flush=True)

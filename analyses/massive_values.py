@@ -43,11 +43,10 @@ import interp
 from interp.engine import ScanConfig
 from interp.experiments.massive import destruction
 from interp.measures.massive import channel_table
-from interp.models import is_installed
 from interp.models.arch import rope_specs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import parser, save_figure  # noqa: E402
+from _common import installed, parser, save_figure  # noqa: E402
 
 BANDS = ("high", "medium", "low")
 
@@ -135,10 +134,7 @@ def main(argv=None) -> dict:
     n_prompts, n_tokens = (2, 128) if args.quick else (args.prompts, args.tokens)
     args.out.mkdir(parents=True, exist_ok=True)
     got = {"summary": [], "destruction": [], "scores": [], "planes": {}}
-    for name in args.models:
-        if not is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         r = run_model(name, n_prompts, n_tokens, args.lam, args.out)
         got["planes"][name] = r["planes"]
         for k in ("summary", "destruction", "scores"):

@@ -46,7 +46,7 @@ from interp.rope.clouds import cloud_ratios, ones_cloud_limit
 from interp.measures import spectrum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import one_thread, parser, save_figure  # noqa: E402
+from _common import installed, one_thread, parser, save_figure  # noqa: E402
 
 D = 128
 TRAIN = 4096  # Fig. 7's hypothetical training length
@@ -217,10 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     png = {"ones": save_figure(fig_ones(ones, limits), args.out, "rope_variants_fig7_ones")}
 
     frames, infos = [], []
-    for name in args.models:
-        if not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         df, info = real_clouds(name, args.tokens, 12 if args.quick else 16)
         frames.append(df)
         infos.append(info)

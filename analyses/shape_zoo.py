@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interp  # noqa: E402
-from _common import parser, save_figure  # noqa: E402
+from _common import installed, parser, save_figure  # noqa: E402
 from interp.measures.shape import STREAMING_THRESHOLD  # noqa: E402
 
 CANDIDATES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
@@ -89,10 +89,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     rows, summary = [], []
-    for name in args.models:
-        if not name.startswith("tiny") and not interp.models.is_installed(name):
-            print(f"{name}: not installed, skipped")
-            continue
+    for name in installed(args.models):
         model = interp.load_model(name, device="cpu")
         prompts = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
         t0 = time.perf_counter()
