@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from interp.engine import ScanConfig
-from interp.experiments.atlas import (BANDS, ROLE_NAMES, ROLE_SHARE, ROLES, RR_COLUMNS, AtlasConfig, atlas_table,
+from interp.experiments.atlas import (BANDS, ROLE_NAMES, ROLE_SHARE, RR_COLUMNS, AtlasConfig, atlas_table,
                                       attainable, band_attribution, cooccurrence, role_summary, run_atlas)
 from interp.measures.token_match import COLUMNS
 from interp.report.atlas_page import render_atlas, write_atlas
-from tests.conftest import random_tokens
 
 
 @pytest.fixture(scope="module")
