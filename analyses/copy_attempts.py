@@ -13,7 +13,8 @@ warmup 100, cosine to 0.1x, AdamW betas (0.9, 0.95), weight decay 0.01, batch 32
 Recipes (``RECIPES``; ``--recipes`` picks some): ``base``; ``base500`` (RoPE base 500: more planes turn
 appreciably over 130 positions); ``nocurr`` (no curriculum: lengths 1-64 from the start, as 000); ``thr08``
 (curriculum threshold 0.8: moves on sooner); ``wide`` (d_model 256, 8 heads of 32, MLP 256, lr 1e-3); ``lr4e3``
-(peak lr 4e-3); ``b64`` (batch 64).
+(peak lr 4e-3); ``b64`` (batch 64); ``wide_long`` (``wide`` under its own name, so that a run with more ``--steps``
+keeps its rows beside the 2,000-step ``wide`` ones; its cosine schedule spans its own steps).
 
 Writes ``copy_attempts.csv`` (``recipe, seed, step, exact_match, seconds, final_hi, final_loss`` plus the recipe's
 settings: the in-training test curve, one row per evaluation), ``copy_attempts_loss.csv`` (``recipe, seed, step,
@@ -52,6 +53,7 @@ RECIPES = {
     "lr4e3": dict(lr=4e-3),
     "b64": dict(batch=64),
     "fast": dict(rope_base=500.0, threshold=0.8),  # copy_2d_rope.ROPE2_RECIPE
+    "wide_long": dict(d_model=256, d_mlp=256, heads=8, lr=1e-3),  # ``wide``, its own rows for a longer run
 }
 SETTINGS = ["heads", "d_model", "d_mlp", "rope_base", "lr", "batch", "curriculum", "threshold"]
 
