@@ -27,8 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import interp  # noqa: E402
 from _common import FIGURES, installed, parser, save_figure  # noqa: E402
-from interp.experiments.atlas import (BANDS, ROLE_NAMES, AtlasConfig, atlas_table, band_attribution, cooccurrence,  # noqa: E402
-                                      role_summary, run_atlas)
+from interp.experiments.atlas import (BANDS, ROLE_NAMES, AtlasConfig, band_attribution, cooccurrence, role_summary,  # noqa: E402
+                                      run_atlas)
 from interp.report.atlas_page import role_grid  # noqa: E402
 
 
@@ -70,9 +70,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     roles, co, attr, summary = [], [], [], []
     for name in installed(args.models):
         model = interp.load_model(name, device="cpu")
-        res = run_atlas(model, AtlasConfig(prompts=args.prompts, tokens=args.tokens, ablate=True, n_remove=n_remove))
         ret = retrieval_scores(name)
-        table = atlas_table(res.text, res.rr, res.attainable, ret) if ret is not None else res.table
+        res = run_atlas(model, AtlasConfig(prompts=args.prompts, tokens=args.tokens, ablate=True, n_remove=n_remove),
+                        retrieval_heads=ret)
+        table = res.table
         table.to_csv(args.out / f"atlas_{name}.csv", index=False, float_format="%.6g")
         for df, rows in ((role_summary(table, res.attainable), roles), (cooccurrence(table).reset_index().rename(columns={"index": "role"}), co),
                          (band_attribution(table), attr)):

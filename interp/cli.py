@@ -276,11 +276,12 @@ def atlas(
     atlas_ablation.csv (--ablate), atlas.html, and the text pass's heads.csv, report.html and state/.
     """
     t_start = time.perf_counter()
-    from interp.errors import ConfigError
+    from interp.experiments.atlas import check_text_corpus
 
-    if corpus not in ("pydoc", "stdlib"):
-        _fail(ConfigError(f"--corpus of the atlas's text pass must be pydoc or stdlib, got {corpus!r} (the repeated-random "
-                          "pass is always run)"))
+    try:
+        check_text_corpus(corpus)
+    except InterpError as err:
+        _fail(err)
     ret_cfg = None
     if retrieval:
         from interp.experiments.retrieval import RetrievalConfig

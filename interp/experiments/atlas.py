@@ -277,9 +277,24 @@ def band_attribution(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+TEXT_CORPORA = ("pydoc", "stdlib")
+
+
+def check_text_corpus(corpus: str) -> None:
+    """Raises ConfigError (one line) unless ``corpus`` is a text corpus the atlas's text pass can read."""
+    from interp.errors import ConfigError
+
+    if corpus not in TEXT_CORPORA:
+        raise ConfigError(f"--corpus: the atlas's text pass needs a text corpus, pydoc or stdlib, got {corpus!r} (the "
+                          "repeated-random pass is always run)")
+
+
 def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False, engine: str = "auto",
-              log: Callable[[str], None] = lambda s: None) -> AtlasResult:
+              log: Callable[[str], None] = lambda s: None, retrieval_heads: pd.DataFrame | None = None) -> AtlasResult:
     """Run the atlas's passes on ``model`` (``interp.models.LoadedModel``) and build its table.
+
+    ``retrieval_heads``: retrieval scores already measured (``layer, head, retrieval_score``, e.g. a committed
+    ``retrieval.csv``) to join instead of running the retrieval pass.
 
     Returns:
         AtlasResult (its ``table`` is what ``interp atlas`` writes as ``atlas.csv``).
@@ -288,11 +303,8 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
         ConfigError: a random corpus for the text pass, or a bad scan / retrieval setting. PromptError: prompts too long.
     """
     from interp import corpus as corpus_mod
-    from interp.errors import ConfigError
 
-    if cfg.corpus in ("random", "repeated-random"):
-        raise ConfigError(f"the atlas's text pass needs a text corpus (pydoc, stdlib), got {cfg.corpus!r}; the "
-                          "repeated-random pass is always run")
+    check_text_corpus(cfg.corpus)
     variants = band_ablations(model.card.n_rotary_planes, cfg.n_remove) if cfg.ablate else ()
     text_cfg, rr_cfg = atlas_config(cfg, variants)
     seconds = {}
@@ -318,5 +330,5 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
     a_text, a_rr = attainable(list(text_p)), attainable(list(rr_p))
     shares = {"previous_token": a_text["previous_token"], "duplicate_token": a_text["duplicate_token"],
               "rr_induction": a_rr["induction"], "rr_echo": a_rr["echo"]}
-    table = atlas_table(text, rr, shares, ret.heads if ret is not None else None)
+    table = atlas_table(text, rr, shares, ret.heads if ret is not None else retrieval_heads)
     return AtlasResult(table, text, rr, ret, shares, seconds, cfg)
