@@ -61,21 +61,33 @@ from interp.lab.copy_task import (DISTRIBUTIONS, LengthCurriculum, copy_vocab, e
 
 # the 2-layer RoPE copier's recipe (analyses/copy_attempts.py): RoPE base 500, curriculum moving on at 0.8 exact match
 ROPE2_RECIPE = dict(name="fast", rope_base=500.0, threshold=0.8)
+# copy_attempts.py's ``wide_long``: width 256 (8 heads of 32, MLP 256), lr 1e-3, 4,000 steps; the recipe with which the
+# 2-layer RoPE copier learns lengths 1-64 (1.000 / 1.000 / 0.995 in seeds 0-2), used for every baseline
+WIDE = dict(name="wide_long", d_model=256, d_mlp=256)
 # (pe, layers, heads, train distribution, steps, curriculum, peak lr[, recipe overrides: train_one])
 FULL_MODELS = [("rope2d", 1, 1, "imbalanced", 600, False, 1e-3), ("rope", 2, 4, "imbalanced", 2000, True, 2e-3, ROPE2_RECIPE),
                ("rope", 1, 4, "imbalanced", 2000, True, 2e-3), ("nope", 1, 4, "imbalanced", 2000, True, 2e-3),
                ("alibi", 1, 4, "imbalanced", 2000, True, 2e-3), ("nope", 2, 4, "imbalanced", 3000, True, 2e-3),
                ("alibi", 2, 4, "imbalanced", 3000, True, 2e-3),
-               ("rope2d", 1, 1, "uniform", 600, False, 1e-3), ("rope", 2, 4, "uniform", 3000, True, 2e-3)]
-QUICK_MODELS = [("rope2d", 1, 1, "imbalanced", 20, False, 1e-3), ("rope", 2, 2, "imbalanced", 20, True, 2e-3),
+               ("rope2d", 1, 1, "uniform", 600, False, 1e-3), ("rope", 2, 4, "uniform", 3000, True, 2e-3)] + \
+              [(pe, layers, 8, train, 4000, True, 1e-3, WIDE) for pe, layers, train in
+               [("rope", 2, "imbalanced"), ("nope", 2, "imbalanced"), ("alibi", 2, "imbalanced"), ("rope", 1, "imbalanced"),
+                ("nope", 1, "imbalanced"), ("alibi", 1, "imbalanced"), ("rope", 2, "uniform")]]
+# the model whose attention maps copy_attention.* show (000 Figs. 4 / 8): the 2-layer RoPE copier that learned 1-64
+ATTENTION_MODEL = "rope-2-imbalanced-wide_long"
+QUICK_MODELS = [("rope2d", 1, 1, "imbalanced", 20, False, 1e-3),
+                ("rope", 2, 2, "imbalanced", 20, True, 2e-3, dict(name="wide_long", d_model=64, d_mlp=64)),
                 ("rope", 1, 2, "imbalanced", 20, True, 2e-3), ("rope2d", 1, 1, "uniform", 20, False, 1e-3)]
 FULL = dict(d_model=128, d_mlp=128, batch=32, train_hi=64, start_hi=8,
             bins=[(1, 64, 200), (1, 16, 200), (65, 96, 100), (120, 128, 100), (600, 640, 50), (1200, 1280, 50)],
             attn_lengths=(32, 96), attn_strings=8)
 QUICK = dict(d_model=32, d_mlp=32, batch=8, train_hi=8, start_hi=4, bins=[(1, 8, 6), (12, 16, 4)], attn_lengths=(6,), attn_strings=2)
+DASH = {"wide_long": "solid", "base": "dash"}  # line style per recipe (others dotted)
 COLORS = {"rope2d-1": "#d62728", "rope-1": "#1f77b4", "nope-1": "#7f7f7f", "alibi-1": "#ff7f0e",
           "rope-2": "#2ca02c", "nope-2": "#17becf", "alibi-2": "#9467bd"}
-COLUMNS = ["pe", "layers", "distribution", "length_lo", "length_hi", "exact_match", "seed", "train_distribution", "steps", "final_hi"]
+COLUMNS = ["pe", "layers", "distribution", "length_lo", "length_hi", "exact_match", "seed", "train_distribution", "steps", "final_hi",
+           "recipe"]
+MODEL_KEYS = ["pe", "layers", "train_distribution", "recipe"]  # one trained model (with ``seed``: one run)
 LOSS_COLUMNS = ["pe", "layers", "train_distribution", "seed", "recipe", "step", "loss", "batch_exact_match", "hi"]
 
 
@@ -126,14 +138,14 @@ def train_one(job: tuple) -> dict:
         evals.append((steps, float(exact_match(model, vocab, r["eval"]).mean()), t_train))
     rows = [dict(pe=pe, layers=layers, distribution=dist, length_lo=lo, length_hi=hi,
                  exact_match=float(exact_match(model, vocab, strings).mean()), seed=seed, train_distribution=train,
-                 steps=steps, final_hi=cur.hi) for (dist, lo, hi), strings in tests.items()]
+                 steps=steps, final_hi=cur.hi, recipe=r.get("name", "base")) for (dist, lo, hi), strings in tests.items()]
     k = 10
     n = len(losses) // k * k
     curve = pd.DataFrame(dict(step=np.arange(k, n + 1, k), loss=np.asarray(losses[:n]).reshape(-1, k).mean(1),
                               batch_exact_match=np.asarray(cur.accuracy[:n]).reshape(-1, k).mean(1),
                               hi=np.asarray(cur.his[:n]).reshape(-1, k).max(1)))
     curve = curve.assign(pe=pe, layers=layers, train_distribution=train, seed=seed, recipe=r.get("name", "base"))
-    return dict(key=(pe, layers, train), seed=seed, rows=rows, curve=curve, state=model.state_dict(), config=model.config.to_dict(),
+    return dict(key=_key(spec), seed=seed, rows=rows, curve=curve, state=model.state_dict(), config=model.config.to_dict(),
                 t_train=t_train, t_eval=time.perf_counter() - t0 - t_train, final_loss=float(np.mean(losses[-50:])), final_hi=cur.hi,
                 evals=pd.DataFrame(evals, columns=["eval_step", "eval_exact_match", "seconds"]))
 
@@ -141,25 +153,25 @@ def train_one(job: tuple) -> dict:
 def figure(df: pd.DataFrame, train_hi: int) -> go.Figure:
     """Exact match against the length bin (mean over seeds, bars: sd): one panel per test distribution (trained
     Imbalanced), and 000 Fig. 7."""
-    keys = ["pe", "layers", "train_distribution", "distribution", "length_lo", "length_hi"]
-    df = df.groupby(keys, sort=False).exact_match.agg(["mean", "std", "count"]).reset_index()  # over seeds
+    keys = MODEL_KEYS + ["distribution", "length_lo", "length_hi"]
+    df = _with_recipe(df).groupby(keys, sort=False).exact_match.agg(["mean", "std", "count"]).reset_index()  # over seeds
     df = df.rename(columns={"mean": "exact_match"}).assign(std=lambda d: d["std"].fillna(0.0))
     main = df[(df.train_distribution == "imbalanced") & ~((df.length_lo == 1) & (df.length_hi < train_hi))]
     titles = [f"test {d} (trained Imbalanced)" for d in DISTRIBUTIONS] + ["000 Fig. 7: trained Uniform"]
     fig = make_subplots(rows=1, cols=4, subplot_titles=titles, shared_yaxes=True)
     for c, dist in enumerate(DISTRIBUTIONS, start=1):
-        for (pe, layers), d in main[main.distribution == dist].groupby(["pe", "layers"], sort=False):
+        for (pe, layers, recipe), d in main[main.distribution == dist].groupby(["pe", "layers", "recipe"], sort=False):
             key = f"{pe}-{layers}"
             seeds = f" ({d['count'].max()} seeds)" if d["count"].max() > 1 else ""
             fig.add_trace(go.Scatter(x=[f"{lo}-{hi}" for lo, hi in zip(d.length_lo, d.length_hi)], y=d.exact_match,
-                                     error_y=dict(type="data", array=d["std"]),
-                                     mode="lines+markers", name=f"{pe}, {layers} layer(s){seeds}", legendgroup=key, showlegend=c == 1,
-                                     line=dict(color=COLORS.get(key))), 1, c)
+                                     error_y=dict(type="data", array=d["std"]), mode="lines+markers",
+                                     name=f"{pe}, {layers} layer(s), {recipe}{seeds}", legendgroup=f"{key}-{recipe}",
+                                     showlegend=c == 1, line=dict(color=COLORS.get(key), dash=DASH.get(recipe, "dot"))), 1, c)
     uni = df[(df.train_distribution == "uniform") & (df.distribution != "recursive_flip")
              & ~((df.length_lo == 1) & (df.length_hi < train_hi))]
-    for (pe, layers, dist), d in uni.groupby(["pe", "layers", "distribution"], sort=False):
+    for (pe, layers, recipe, dist), d in uni.groupby(["pe", "layers", "recipe", "distribution"], sort=False):
         fig.add_trace(go.Scatter(x=[f"{lo}-{hi}" for lo, hi in zip(d.length_lo, d.length_hi)], y=d.exact_match,
-                                 mode="lines+markers", name=f"{pe}, {layers}L, trained Uniform, test {dist}",
+                                 mode="lines+markers", name=f"{pe}, {layers}L, {recipe}, trained Uniform, test {dist}",
                                  line=dict(color=COLORS.get(f"{pe}-{layers}"), dash="solid" if dist == "uniform" else "dot")), 1, 4)
     for c in range(1, 5):
         fig.update_xaxes(title=f"string length (train: 1-{train_hi})" if c == 2 else None, type="category", row=1, col=c)
@@ -233,29 +245,43 @@ def _rebuild(res: dict) -> LabForCausalLM:
     return model.eval()
 
 
+def _with_recipe(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its ``recipe`` column, ``base`` where absent (rows written before the column existed)."""
+    return table.assign(recipe=table["recipe"].fillna("base") if "recipe" in table else "base")
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """``copy_summary.csv``: exact match over seeds per model, test distribution and bin (``seeds, mean, sd, min, max``;
     sd is the sample standard deviation, NaN for one seed)."""
-    keys = ["pe", "layers", "train_distribution", "distribution", "length_lo", "length_hi"]
-    g = table.groupby(keys, sort=False).exact_match
+    keys = MODEL_KEYS + ["distribution", "length_lo", "length_hi"]
+    g = _with_recipe(table).groupby(keys, sort=False).exact_match
     return g.agg(seeds="count", mean="mean", sd="std", min="min", max="max").reset_index()
 
 
 def _key(m: tuple) -> str:
-    """``pe-layers-train`` of a model spec, the name ``--only`` takes (e.g. ``rope-2-imbalanced``)."""
-    return f"{m[0]}-{m[1]}-{m[3]}"
+    """``pe-layers-train[-recipe]`` of a model spec, the name ``--only`` takes (e.g. ``rope-2-imbalanced-wide_long``;
+    no suffix for the base recipe, e.g. ``rope-1-imbalanced``)."""
+    recipe = (m[7] if len(m) > 7 else {}).get("name", "base")
+    return f"{m[0]}-{m[1]}-{m[3]}" + ("" if recipe == "base" else f"-{recipe}")
 
 
-def _merge(path: Path, new: pd.DataFrame, keys=("pe", "layers", "train_distribution", "seed")) -> pd.DataFrame:
-    """``new`` plus the rows of ``path`` whose model and seed (``keys``) ``new`` does not have, in the file's order."""
+def _merge(path: Path, new: pd.DataFrame, keys=("pe", "layers", "train_distribution", "recipe", "seed")) -> pd.DataFrame:
+    """``new`` plus the rows of ``path`` whose model and seed (``keys``) ``new`` does not have, in the file's order.
+
+    A table without a column of ``keys`` (``recipe``, before it existed) reads it as ``base``."""
     if not path.exists():
         return new
     old = pd.read_csv(path)
+    new = new.copy()
+    for frame in (old, new):
+        for k in keys:
+            if k not in frame:
+                frame[k] = "base"
     have = old.set_index(list(keys)).index.isin(new.set_index(list(keys)).index)
     out = pd.concat([old[~have], new], ignore_index=True)
     both = pd.concat([old, new], ignore_index=True)  # models keep the place they first had in the file
-    first = {k: i for i, k in enumerate(dict.fromkeys(zip(*(both[c] for c in keys[:3]))))}
-    rank = np.array([first[k] for k in zip(*(out[c] for c in keys[:3]))])
+    first = {k: i for i, k in enumerate(dict.fromkeys(zip(*(both[c] for c in keys[:-1]))))}
+    rank = np.array([first[k] for k in zip(*(out[c] for c in keys[:-1]))])
     return out.iloc[np.lexsort((np.arange(len(out)), out["seed"].to_numpy(), rank))].reset_index(drop=True)
 
 
@@ -275,7 +301,12 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (each one torch thread); 1: in this process")
     ap.add_argument("--save-dir", type=Path, default=None, help="where to save the trained 2D-RoPE model (default OUT/copy_2d_rope_model)")
     ap.add_argument("--no-report", action="store_true", help="skip the scan report of the 2D-RoPE model")
+    ap.add_argument("--merge-from", type=Path, nargs="+", default=None,
+                    help="train nothing: merge the copy.csv / copy_loss.csv of these output folders (runs split over "
+                         "processes or machines) into OUT's tables, then write the summary and figures")
     args = ap.parse_args(argv)
+    if args.merge_from:
+        return merge_runs(args.merge_from, args.out, (QUICK if args.quick else FULL)["train_hi"])
     s = QUICK if args.quick else FULL
     specs = QUICK_MODELS if args.quick else [m[:4] + (max(1, round(m[4] * (args.steps_scale if m[5] else 1))),) + m[5:]
                                              for m in FULL_MODELS]
@@ -298,51 +329,77 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
     else:
         results = [train_one(w) for w in work]
     order = {_key(m): i for i, m in enumerate(specs)}
-    results.sort(key=lambda r: (order["-".join(map(str, r["key"]))], r["seed"]))
+    results.sort(key=lambda r: (order[r["key"]], r["seed"]))
     for r in results:
-        pe, layers, train = r["key"]
-        print(f"{pe}, {layers} layer(s), trained {train}, seed {r['seed']}: train {r['t_train']:.0f} s (final loss "
-              f"{r['final_loss']:.4f}, curriculum reached {r['final_hi']}), eval {r['t_eval']:.0f} s", flush=True)
+        print(f"{r['key']}, seed {r['seed']}: train {r['t_train']:.0f} s (final loss {r['final_loss']:.4f}, curriculum "
+              f"reached {r['final_hi']}), eval {r['t_eval']:.0f} s", flush=True)
     df = pd.DataFrame([row for r in results for row in r["rows"]])[COLUMNS]
     curves = pd.concat([r["curve"] for r in results], ignore_index=True)[LOSS_COLUMNS]
-    table = _merge(args.out / "copy.csv", df) if args.only else df
-    table.to_csv(args.out / "copy.csv", index=False)
-    summary(table).to_csv(args.out / "copy_summary.csv", index=False)
-    all_curves = _merge(args.out / "copy_loss.csv", curves) if args.only else curves
-    all_curves["recipe"] = all_curves["recipe"].fillna("base")  # rows written before the column: the default recipe
-    all_curves = all_curves[LOSS_COLUMNS]
-    all_curves.to_csv(args.out / "copy_loss.csv", index=False)
-    by_key = {r["key"] + (r["seed"],): r for r in results}
+    table = write_tables(df, curves, args.out, merge=bool(args.only))
+    by_key = {(r["key"], r["seed"]): r for r in results}
 
-    first = (seeds[0],)
-    if ("rope2d", 1, "imbalanced") + first in by_key:
-        r2d = _rebuild(by_key[("rope2d", 1, "imbalanced") + first])
+    first = seeds[0]
+    if ("rope2d-1-imbalanced", first) in by_key:
+        r2d = _rebuild(by_key[("rope2d-1-imbalanced", first)])
         save_lab(r2d, vocab, args.save_dir or args.out / "copy_2d_rope_model")
         if not args.no_report:
             print(f"  report: {report(r2d, vocab, args.out, seeds[0])}", flush=True)
 
     # 000 Figs. 4 / 8: where the 2-layer RoPE copier looks, trained and (the null) at initialisation
     attn = None
-    if ("rope", 2, "imbalanced") + first in by_key:
-        attn = attention_outputs(by_key[("rope", 2, "imbalanced") + first], specs, s, vocab, seeds[0], args.out)
+    if (ATTENTION_MODEL, first) in by_key:
+        attn = attention_outputs(by_key[(ATTENTION_MODEL, first)], specs, s, vocab, seeds[0], args.out)
 
     show = df.assign(bin=df.length_lo.astype(str) + "-" + df.length_hi.astype(str),
-                     model=df.pe + "/" + df.layers.astype(str) + "L/" + df.train_distribution + "/s" + df.seed.astype(str))
+                     model=df.pe + "/" + df.layers.astype(str) + "L/" + df.train_distribution + "/" + df.recipe
+                     + "/s" + df.seed.astype(str))
     with pd.option_context("display.width", 200):
         print(show.pivot_table(index=["distribution", "model"], columns="bin", values="exact_match", sort=False).round(3).to_string())
         if attn is not None:
             print(attn.round(3).to_string())
     save_figure(figure(table, s["train_hi"]), args.out, "copy")
-    save_figure(loss_figure(all_curves), args.out, "copy_loss")
+    save_figure(loss_figure(pd.read_csv(args.out / "copy_loss.csv")), args.out, "copy_loss")
     print(f"total {time.perf_counter() - t_all:.0f} s ({jobs} worker process(es), one torch thread each)", flush=True)
+    return df
+
+
+def write_tables(df: pd.DataFrame, curves: pd.DataFrame, out: Path, merge: bool) -> pd.DataFrame:
+    """Write ``copy.csv``, ``copy_summary.csv`` and ``copy_loss.csv`` in ``out`` from these rows and curves (``merge``:
+    they replace their own models and seeds in the tables already there, others kept); returns the whole table."""
+    table = _merge(out / "copy.csv", df) if merge else df
+    table = _with_recipe(table)[COLUMNS]
+    table.to_csv(out / "copy.csv", index=False)
+    summary(table).to_csv(out / "copy_summary.csv", index=False)
+    all_curves = _merge(out / "copy_loss.csv", curves) if merge else curves
+    all_curves = _with_recipe(all_curves)[LOSS_COLUMNS]
+    all_curves.to_csv(out / "copy_loss.csv", index=False)
+    return table
+
+
+def merge_runs(dirs: list[Path], out: Path, train_hi: int) -> pd.DataFrame:
+    """``--merge-from``: the rows of the runs in ``dirs`` (each an ``--out`` folder of this script) replace their models
+    and seeds in ``out``'s tables; writes the summary and the figures. Raises SystemExit naming a folder without
+    ``copy.csv``."""
+    missing = [str(d) for d in dirs if not (d / "copy.csv").exists()]
+    if missing:
+        raise SystemExit(f"--merge-from: no copy.csv in {missing}; give the --out folders of finished runs")
+    df = pd.concat([pd.read_csv(d / "copy.csv") for d in dirs], ignore_index=True)
+    curves = pd.concat([pd.read_csv(d / "copy_loss.csv") for d in dirs if (d / "copy_loss.csv").exists()], ignore_index=True)
+    out.mkdir(parents=True, exist_ok=True)
+    table = write_tables(df, curves, out, merge=True)
+    save_figure(figure(table, train_hi), out, "copy")
+    save_figure(loss_figure(pd.read_csv(out / "copy_loss.csv")), out, "copy_loss")
+    print(f"merged {len(df)} rows from {len(dirs)} run(s) into {out / 'copy.csv'}", flush=True)
     return df
 
 
 def attention_outputs(res: dict, specs: list, s: dict, vocab, seed: int, out: Path) -> pd.DataFrame:
     """``copy_attention.csv`` / ``.png`` and the token viewer of the trained 2-layer RoPE copier ``res`` (and at init)."""
     rope2 = _rebuild(res)
-    spec2 = next(m for m in specs if m[:2] == ("rope", 2) and m[3] == "imbalanced")
-    init = build("rope", 2, spec2[2], s, vocab, seed, (spec2[7] if len(spec2) > 7 else {}).get("rope_base")).eval()
+    spec2 = next(m for m in specs if _key(m) == ATTENTION_MODEL)
+    r2 = spec2[7] if len(spec2) > 7 else {}
+    init = build("rope", 2, spec2[2], {**s, **{k: r2[k] for k in ("d_model", "d_mlp") if k in r2}}, vocab, seed,
+                 r2.get("rope_base")).eval()
     frames = []
     for state, model in (("trained", rope2), ("init", init)):
         loaded = lab_loaded(model, vocab, name=f"copy-rope-2-{state}")
