@@ -78,3 +78,33 @@ def test_summary_is_the_mean_and_sample_sd_over_seeds(c2d):
     assert out.loc["imbalanced", "sd"] == pytest.approx(np.std([0.3, 0.5, 0.1], ddof=1))
     assert (out.loc["imbalanced", "min"], out.loc["imbalanced", "max"]) == (0.1, 0.5)
     assert out.loc["uniform", "seeds"] == 1 and np.isnan(out.loc["uniform", "sd"])
+
+
+def test_model_names_carry_their_recipe(c2d):
+    names = [c2d._key(m) for m in c2d.FULL_MODELS]
+    assert len(names) == len(set(names))                       # --only can name every model
+    assert "rope-1-imbalanced" in names and "rope-2-imbalanced-fast" in names and "nope-2-imbalanced-wide_long" in names
+    assert c2d.ATTENTION_MODEL in names
+
+
+def test_merge_from_joins_split_runs_into_the_tables(c2d, tmp_path):
+    cols = c2d.COLUMNS
+    def run(name, pe, seed, em):
+        d = tmp_path / name
+        d.mkdir()
+        pd.DataFrame([(pe, 2, "imbalanced", 1, 8, em, seed, "imbalanced", 20, 8, "wide_long")], columns=cols).to_csv(d / "copy.csv", index=False)
+        pd.DataFrame([(pe, 2, "imbalanced", seed, "wide_long", 10, 0.5, em, 8)], columns=c2d.LOSS_COLUMNS).to_csv(d / "copy_loss.csv", index=False)
+        return d
+    out = tmp_path / "out"
+    out.mkdir()
+    # an earlier table without the recipe column: its rows read as the base recipe and stay
+    pd.DataFrame([("rope", 2, "imbalanced", 1, 8, 0.3, 0, "imbalanced", 20, 8)], columns=cols[:-1]).to_csv(out / "copy.csv", index=False)
+    c2d.main(["--quick", "--out", str(out), "--merge-from", str(run("a", "rope", 0, 1.0)), str(run("b", "nope", 1, 0.25))])
+    table = pd.read_csv(out / "copy.csv")
+    assert list(zip(table.pe, table.recipe, table.seed, table.exact_match)) == [("rope", "base", 0, 0.3), ("rope", "wide_long", 0, 1.0),
+                                                                                 ("nope", "wide_long", 1, 0.25)]
+    summ = pd.read_csv(out / "copy_summary.csv")
+    assert len(summ) == 3 and set(summ.recipe) == {"base", "wide_long"}
+    assert (out / "copy.png").exists() and len(pd.read_csv(out / "copy_loss.csv")) == 2
+    with pytest.raises(SystemExit, match="no copy.csv"):
+        c2d.main(["--quick", "--out", str(out), "--merge-from", str(tmp_path / "absent")])
