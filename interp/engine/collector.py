@@ -108,6 +108,7 @@ class Collector:
         self.card, self.cfg, self.state, self.specs, self.requested = card, cfg, state, specs, engine
         self.measures = REGISTRY.enabled(cfg)
         self.needs = set().union(*(m.needs(cfg) for m in self.measures))
+        self.variant_needs = set().union(*(m.variant_needs(cfg) for m in self.measures))  # what each variant's pass carries
         self.entries = state_entries(card, 1, cfg)
         if "variants" in self.needs and specs is None:
             raise ValueError("counterfactual variants need the model's per-layer RoPE specs")
@@ -253,19 +254,21 @@ class Collector:
                                "count": torch.full((q.shape[1],), float(n), dtype=torch.float64, device=q.device)}
         return out, products
 
-    def _variants(self, layer, q_pre, k_pre, scale, window, softcap) -> list:
-        """Counterfactual passes: ``[(lag, key0, token_match)]`` per variant, attention with the variant's rotation of the
-        pre-RoPE q/k (no P @ V); ``token_match`` ``[head, 3]`` when the token_match measure is on, else None."""
+    def _variants(self, layer, q_pre, k_pre, scale, window, softcap) -> list[dict]:
+        """Counterfactual passes: per variant, ``{lag, key0}`` plus the products the measures' ``variant_needs`` name,
+        from attention with the variant's rotation of the pre-RoPE q/k (no P @ V)."""
         N = q_pre.shape[0]
         pos = torch.arange(N, device=q_pre.device)
-        spec = self.specs[layer]
-        tokens = self.tokens if "token_match" in self.needs else None
+        spec, extra = self.specs[layer], sorted(self.variant_needs)
+        tokens = self.tokens if "token_match" in self.variant_needs else None
+        rows = frozenset(self.variant_needs & set(ROW_PRODUCTS))
         out = []
         for var in self.cfg.variants:
             q = rotate_variant(q_pre, pos, spec, var, self.tokens)
             k = rotate_variant(k_pre, pos, spec, var, self.tokens)
-            _, p = self._attention(q, k, None, scale * var.logit_scale(N), window, softcap, None, tokens=tokens)
-            out.append((p["lag"], p["key0"], p.get("token_match")))
+            _, p = self._attention(q, k, None, scale * var.logit_scale(N), window, softcap, None, "inp" in self.variant_needs,
+                                   tokens, rows)
+            out.append({name: p[name] for name in ("lag", "key0", *extra)})
         return out
 
     def _blocks(self, q_rot, k_rot, v, scale, window, softcap, tokens=None, rows=frozenset()):

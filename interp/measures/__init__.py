@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from interp.measures.base import (PRODUCTS, Column, Dims, Entry, LayerInput, Measure, Option, PromptInput, Registry,
+from interp.measures.base import (PRODUCTS, VARIANT_PRODUCTS, Column, Dims, Entry, LayerInput, Measure, Option, PromptInput, Registry,
                                   RegistryError, Summed, kv_index, prompt_count)
 from interp.measures.state import State
 
@@ -86,5 +86,5 @@ def load_plugins(group: str = "interp.measures") -> list[str]:
 _builtin()
 load_plugins()
 
-__all__ = ["REGISTRY", "register", "load_plugins", "ENGINE_OPTIONS", "PRODUCTS", "Column", "Dims", "Entry", "LayerInput",
+__all__ = ["REGISTRY", "register", "load_plugins", "ENGINE_OPTIONS", "PRODUCTS", "VARIANT_PRODUCTS", "Column", "Dims", "Entry", "LayerInput",
            "Measure", "Option", "PromptInput", "Registry", "RegistryError", "State", "Summed", "kv_index", "prompt_count"]

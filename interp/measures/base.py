@@ -10,6 +10,8 @@ A measure family declares, in one class:
   the last axis is per-position), all additive float64 sums;
 - ``products``: which products of the engine's tiled attention pass it reads (``PRODUCTS``); the engine
   computes their union once per layer, on the fused kernel or the Python block path;
+- ``variant_products``: which products each counterfactual pass (product ``variants``) must carry for it besides
+  ``lag`` and ``key0`` (some of ``VARIANT_PRODUCTS``); ``variant_needs(cfg)`` narrows them per config;
 - ``update(x)``: one layer of one prompt (``LayerInput``) -> ``{entry: value}`` without the layer axis; the
   engine adds each value at the layer's index (and, for per-position entries, at positions ``0..pos-1``);
 - ``update_prompt(x)``: once per prompt (``PromptInput``) -> values of the entries without a layer axis;
@@ -41,13 +43,19 @@ PRODUCTS = {
     "inp": "dict signed / abs [head, freq], count [head]: sums of the per-plane InP over visible pairs with keys >= skip",
     "token_match": "[head, 3] float64: sum over queries of the attention on previous-token, duplicate-token and induction "
                    "keys (interp.attention.token_match_masks; TransformerLens head_detector patterns)",
-    "variants": "list over ScanConfig.variants of (lag, key0): the same products with the variant's rotation",
+    "variants": "list over ScanConfig.variants of dicts {lag, key0, and every product some measure names in its "
+                "variant_products}: the same products with the variant's rotation of the pre-RoPE q/k (no P @ V)",
     "lse": "[head, pos] float32: row log-sum-exp lse_i of each query's scaled, soft-capped, masked logits, so that "
            "A[i, j] = exp(logit_ij - lse_i) (interp.attention.probs_at / row_probs recompute any entry from q_rot, k_rot)",
     "entropy": "[head, 2] float64: sum over queries of the row entropy -sum_j A[i, j] log A[i, j] (nats), and sum over "
                "queries of that divided by log(#visible keys of i) (rows with one visible key add 0)",
     "key_mass": "[head, pos] float64: column sums, sum over queries i of A[i, j] for every key j (all keys, no skip)",
 }
+
+
+# Products a counterfactual pass can carry besides lag and key0 (Measure.variant_products): the tiled pass computes
+# them for any q/k, so a variant's pass gives them as the model's own pass does
+VARIANT_PRODUCTS = ("token_match", "inp", "lse", "entropy", "key_mass")
 
 
 @dataclass(frozen=True)
@@ -192,6 +200,7 @@ class Measure:
     options: ClassVar[tuple[Option, ...]] = ()
     switch: ClassVar[str | None] = None
     products: ClassVar[tuple[str, ...]] = ()
+    variant_products: ClassVar[tuple[str, ...]] = ()
 
     def enabled(self, cfg) -> bool:
         """Whether this measure runs under ``cfg`` (always, or when its ``switch`` option is on)."""
@@ -200,6 +209,11 @@ class Measure:
     def needs(self, cfg) -> set[str]:
         """Products of the tiled pass this measure reads under ``cfg`` (default: ``products``)."""
         return set(self.products)
+
+    def variant_needs(self, cfg) -> set[str]:
+        """Products each counterfactual pass must carry for this measure under ``cfg``, besides ``lag`` and ``key0``
+        (default: ``variant_products``); read as ``x.products["variants"][v][name]``."""
+        return set(self.variant_products)
 
     def columns(self, cfg) -> Sequence[Column]:
         """The ``heads.csv`` columns this measure produces under ``cfg``, in order."""
@@ -293,6 +307,10 @@ class Registry:
         unknown = set(measure.products) - set(PRODUCTS)
         if unknown:
             raise RegistryError(f"measure {measure.name!r} reads unknown products {sorted(unknown)}; known: {sorted(PRODUCTS)}")
+        unknown = set(measure.variant_products) - set(VARIANT_PRODUCTS)
+        if unknown:
+            raise RegistryError(f"measure {measure.name!r} asks counterfactual passes for {sorted(unknown)}; they can carry "
+                                f"{sorted(VARIANT_PRODUCTS)} (and always lag, key0)")
         self._measures[measure.name] = measure
         try:
             cfg = self.probe_config()

@@ -41,9 +41,14 @@ class Variants(Measure):
                       "attention recomputed from the pre-RoPE q/k rotated by each; names must be unique",
                       check=_check, convert=_as_variants, to_json=lambda vs: [variant_to_dict(v) for v in vs]),)
     products = ("variants",)
+    variant_products = ("token_match",)
 
     def enabled(self, cfg) -> bool:
         return bool(cfg.variants)
+
+    def variant_needs(self, cfg) -> set[str]:
+        """Token-matched sums under each variant when the token_match measure is on (``variant_token_match``)."""
+        return {"token_match"} if cfg.token_match else set()
 
     def columns(self, cfg):
         return []
@@ -58,10 +63,10 @@ class Variants(Measure):
 
     def update(self, x):
         lags, sinks, tms = [], [], []
-        for lag, key0, tm in x.products["variants"]:
-            lags.append(prompt_slash(lag, x.n_pos, x.config.skip)["slash_mean_sum"])
-            sinks.append(key0.double().mean(-1))
-            tms.append(tm)
+        for p in x.products["variants"]:
+            lags.append(prompt_slash(p["lag"], x.n_pos, x.config.skip)["slash_mean_sum"])
+            sinks.append(p["key0"].double().mean(-1))
+            tms.append(p.get("token_match"))
         out = {"variant_slash_mean_sum": torch.stack(lags), "variant_sink": torch.stack(sinks)}
         if x.config.token_match:
             out["variant_token_match"] = torch.stack(tms).double() / x.n_pos

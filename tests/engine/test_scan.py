@@ -11,7 +11,7 @@ from interp.hooks.capture import capture
 from interp.engine import ScanConfig, ScanResult, merge_results, scan
 from interp.engine.collector import Collector, new_state
 from interp.hooks.taps import attention_taps
-from interp.measures import cone, slash
+from interp.measures import Measure, cone, slash
 from interp.measures.variants import variant_sink_weight
 from tests.conftest import random_tokens
 
@@ -261,3 +261,60 @@ def test_merge_refuses_a_shard_given_twice(tiny_llama, tmp_path):
         merge_results([merged, ScanResult.load(tmp_path / "s1" / "state")])
     res = CliRunner().invoke(app, ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
     assert res.exit_code == 2 and "count it twice" in res.output
+
+
+class _VariantProbe(Measure):
+    """A measure as a plugin would write it: it asks every counterfactual pass for row products (``variant_products``)
+    and keeps what it got; no state, no columns."""
+
+    name, products, variant_products = "variant_probe", ("variants",), ("key_mass", "entropy", "lse")
+
+    def __init__(self):
+        self.seen = []
+
+    def columns(self, cfg):
+        return []
+
+    def entries(self, dims, cfg):
+        return []
+
+    def update(self, x):
+        self.seen.append((x.layer, [{k: v.clone() for k, v in p.items()} for p in x.products["variants"]]))
+        return {}
+
+
+def test_a_measure_gets_the_variant_products_it_declares(tiny, engine, monkeypatch):
+    """Growing the toolkit: a measure that declares ``variant_products`` reads them from each counterfactual pass, with
+    no engine edit; each equals the product computed from the materialised pattern of the variant's rotation."""
+    from interp.measures import REGISTRY
+    from interp.models.arch import rope_specs
+    from interp.rope import band_ablations, rotate_variant
+
+    probe, enabled = _VariantProbe(), REGISTRY.enabled
+    monkeypatch.setattr(REGISTRY, "enabled", lambda cfg: enabled(cfg) + [probe])
+    c, p = tiny.card, random_tokens(37, seed=3)
+    variants = band_ablations(c.d_head // 2, n_remove=2)
+    scan(tiny, [p], ScanConfig(block_size=8, map_size=8, variants=variants))
+    cap, pos, specs = capture(tiny, p), torch.arange(p.numel()), rope_specs(tiny.hf)
+    assert [layer for layer, _ in probe.seen] == list(range(c.n_layers))
+    for layer, per_variant in probe.seen:
+        assert len(per_variant) == len(variants)
+        for var, got in zip(variants, per_variant):
+            assert set(got) == {"lag", "key0", "key_mass", "entropy", "lse"}
+            A = attention_pattern(rotate_variant(cap.q_pre[layer], pos, specs[layer], var),
+                                  rotate_variant(cap.k_pre[layer], pos, specs[layer], var),
+                                  c.attn_scale[layer], c.sliding_window[layer], c.softcap).double()  # [head, pos, pos]
+            torch.testing.assert_close(got["key_mass"], A.sum(1), atol=1e-5, rtol=0)
+            torch.testing.assert_close(got["key0"].double(), A[:, :, 0], atol=1e-6, rtol=0)
+            ent = -(A * torch.where(A > 0, A.log(), torch.zeros_like(A))).sum(-1)  # [head, pos]
+            torch.testing.assert_close(got["entropy"][:, 0], ent.sum(-1), atol=1e-4, rtol=0)
+
+
+def test_unknown_variant_products_are_refused_at_registration():
+    from interp.measures import Registry, RegistryError
+
+    class Bad(Measure):
+        name, products, variant_products = "bad_variant_reader", ("variants",), ("map",)
+
+    with pytest.raises(RegistryError, match=r"asks counterfactual passes for \['map'\]"):
+        Registry().register(Bad())
