@@ -3,16 +3,15 @@
 Sections: model card; layer x head heatmaps of every measurement (dropdown); the SDH table; average
 attention maps of the top SDHs; a (layer, head) picker showing that head's average attention map
 and slash spectrum; long-range slash-dominant heads and content repeats; frequencies (band ablation,
-when the scan has counterfactual variants); sinks; heavy-hitter tokens (when the scan has the ``heavy_hitters``
-measure: each head's top token ids as text, decoded with the tokenizer passed to ``render``). All text from the
-model (tokens) is escaped.
+when the scan has counterfactual variants); sinks; then the sections that measures contribute
+(``interp.report.sections``: e.g. heavy-hitter tokens when the scan has the ``heavy_hitters`` measure, decoded with the
+tokenizer passed to ``render``). All text from the model (tokens) is escaped.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import math
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +20,16 @@ from plotly.offline import get_plotlyjs
 
 from interp.experiments.ablation import band_ablation_table, ratio_summary
 from interp.report import figures
-from interp.report.tables import content_repeats, heavy_hitter_cells
+from interp.report.sections import measure_sections
+from interp.report.tables import content_repeats
 from interp.engine import ScanResult
 from interp.report import html as html_kit
-from interp.measures import heavy_hitters as hh_measure
 from interp.measures import inp as inp_measure
 from interp.measures import prompt_count
 from interp.measures.sinks import sink_rates
 
 SDH_COLUMNS = ["layer", "head", "kv_head", "slash_score", "slash_delta", "r1_q", "r1_k", "R95_q", "R95_k", "sink_weight", "ood_ratio"]
 LONG_STRIDE = 10  # lag step of the long-range spectra embedded in the page
-HH_TOP = 5  # heavy-hitter tokens shown per head
-HH_LIFT_MIN_KEYS = 0.01  # ids ranked by lift hold at least this share of the keys (the sketch's error stays small)
 
 
 def sdh_table(heads: pd.DataFrame) -> pd.DataFrame:
@@ -161,58 +158,6 @@ def _frequency_section(result: ScanResult, heads: pd.DataFrame, causal: pd.DataF
     return parts
 
 
-def heavy_hitter_html(table: pd.DataFrame, skip: int, n_prompts: int, lifted: pd.DataFrame | None = None,
-                      min_key_share: float = HH_LIFT_MIN_KEYS) -> str:
-    """The heavy-hitter section from ``interp.measures.heavy_hitters.heavy_hitter_tokens``' table (ranked by share): the
-    model-level shares by token class (when the tokens were decoded) and each head's top tokens; with ``lifted`` (the
-    same ranked by lift among ids on at least ``min_key_share`` of the keys) a second column. Every token text escaped."""
-    k = int(table["rank"].max()) + 1 if len(table) else 0
-    n_heads = len(table.groupby(["layer", "head"])) if len(table) else 0
-    parts = [f"<h2>Heavy-hitter tokens: the {k} token ids that receive the most attention, per head</h2>",
-             '<p class="note">Attention a head puts on each token id, summed over the keys holding it in all '
-             f"{n_prompts} prompt{'' if n_prompts == 1 else 's'}, keys 0..{skip - 1} (the sinks) left out (H2O, Zhang et al. 2023, ranks keys by "
-             "accumulated attention; here keys are pooled by token id, so the sum runs over prompts). Each entry: the "
-             "token, its share of the head's attention on keys other than the sinks, and its lift (that share over the "
-             "share of keys holding the token: x1 = attended as often as it occurs). Ranking by share favours frequent "
-             "tokens; ranking by lift names the tokens a head seeks beyond their frequency. Shares come from a count-min sketch "
-             f"(interp.measures.heavy_hitters): upper estimates, at most {math.e / hh_measure.WIDTH:.2%} of the head's "
-             f"attention too high with probability {1 - math.exp(-hh_measure.DEPTH):.0%} per token.</p>"]
-    known = table[table["class"] != ""] if len(table) else table
-    if len(known):
-        summ = hh_measure.class_summary(known)
-        words = ", ".join(f"{f:.0%} {c}" for c, n, f in zip(summ["class"], summ["entries"], summ["entry_share"]) if n)
-        shown = pd.DataFrame({"class": summ["class"], "entries": summ["entries"],
-                              "share of entries": summ["entry_share"].map("{:.1%}".format),
-                              "share of their attention": summ["attention_share"].map("{:.1%}".format)})
-        parts += [f"<p>Of the {len(known)} heavy-hitter entries ({k} per head, {n_heads} heads): {html.escape(words)}.</p>",
-                  html_kit.table(shown, "tbl hh-classes")]
-    elif len(table):
-        parts.append('<p class="note">Token text needs the model\'s tokenizer: write_report(result, path, '
-                     "tokenizer=model.tokenizer); ids shown.</p>")
-    def td(cells, css):
-        return (f'<td class="{css}">' + " &nbsp; ".join(f"<code>{html.escape(label)}</code> {html.escape(detail)}"
-                                                      for label, detail in cells) + "</td>")
-
-    second = {(l, h): c for l, h, c in heavy_hitter_cells(lifted)} if lifted is not None else None
-    rows = "".join(f"<tr><td>{layer}</td><td>{head}</td>{td(cells, 'hh-toks')}"
-                   + (td(second.get((layer, head), []), "hh-lift") if second is not None else "") + "</tr>"
-                   for layer, head, cells in heavy_hitter_cells(table))
-    extra = (f"<th>most above their frequency (largest lift; ids on at least {min_key_share:.0%} of the keys)</th>"
-             if second is not None else "")
-    parts.append('<div class="scroll"><table class="tbl hh"><thead><tr><th>layer</th><th>head</th>'
-                 f"<th>most attention: share of attention, lift</th>{extra}</tr></thead><tbody>{rows}</tbody></table></div>")
-    return "\n".join(parts)
-
-
-def _heavy_hitter_section(result: ScanResult, tokenizer=None) -> list[str]:
-    """The heavy-hitter section when the scan has the ``heavy_hitters`` state, else nothing."""
-    if "hh_sketch" not in result.state:
-        return []
-    table = hh_measure.heavy_hitter_tokens(result, tokenizer, HH_TOP)
-    lifted = hh_measure.heavy_hitter_tokens(result, tokenizer, HH_TOP, by="lift", min_key_share=HH_LIFT_MIN_KEYS)
-    return [heavy_hitter_html(table, result.config.skip, int(prompt_count(result)), lifted)]
-
-
 def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6, causal: pd.DataFrame | None = None,
            tokenizer=None, links: dict[str, str] | None = None) -> str:
     """The report as an HTML string (see module docstring). ``tokenizer`` (``model.tokenizer``) decodes the
@@ -225,7 +170,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
     parts = [f"<h1>Head-finding report: {html.escape(result.card.name)}</h1>",
              '<p class="note">Measurements as defined in the interp README and docstrings (papers 004 and 001). Attention is recomputed exactly from '
              "post-RoPE queries and keys with the model's own scale and masks.</p>",
-             *([f'<p class="note">See also: ' + ", ".join(f'<a href="{html.escape(u)}">{html.escape(t)}</a>' for t, u in links.items())
+             *(['<p class="note">See also: ' + ", ".join(f'<a href="{html.escape(u)}">{html.escape(t)}</a>' for t, u in links.items())
                 + "</p>"] if links else []),
              "<h2>Model card</h2>", html_kit.table(_card_table(result), "tbl card"),
              "<h2>Per-head measurements (layer x head)</h2>", html_kit.figure(figures.metric_heatmaps(heads), "heatmaps"),
@@ -244,7 +189,7 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
         gu = "" if np.isnan(rates["gu"]) else f"sink rate {rates['gu']:.1%} (Gu et al.: per prompt, importance of token 0 &gt; {eps:g}, mean over heads and prompts); "
         parts += [f"<h2>Sinks: {gu}{rates['of_mean']:.1%} of heads with mean importance of token 0 &gt; {eps:g}</h2>",
                   html_kit.figure(figures.sink_scatter(heads), "sinks")]
-    parts += _heavy_hitter_section(result, tokenizer)
+    parts += measure_sections(result, tokenizer)  # views of measures that contribute one (interp.report.sections)
     toks = result.meta.get("sample_tokens", [])
     if toks:
         parts += ["<h2>First tokens of the first prompt</h2>",

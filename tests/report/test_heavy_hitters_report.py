@@ -14,7 +14,8 @@ import pytest
 
 from interp.engine import ScanConfig, scan
 from interp.measures import heavy_hitters as hh
-from interp.report.page import HH_LIFT_MIN_KEYS, HH_TOP, heavy_hitter_html, render
+from interp.report.heavy_hitters import HH_LIFT_MIN_KEYS, HH_TOP, heavy_hitter_html
+from interp.report.page import render
 from interp.report.tables import heavy_hitter_cells
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
