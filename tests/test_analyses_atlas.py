@@ -28,5 +28,6 @@ def test_quick_atlas_cost(tmp_path):
     mod = load_script(ROOT / "benchmarks" / "atlas_cost.py")
     df = mod.main(["--quick", "--out", str(tmp_path)]).set_index("run")
     assert df.loc["plain", "ratio"] == 1.0
-    assert df.loc["atlas", "cpu_s"] == pytest.approx(df.loc["atlas_text", "cpu_s"] + df.loc["atlas_rr", "cpu_s"], rel=1e-3)
+    # the whole atlas is its two passes; each cpu_s is rounded to 4 decimals, so the sum may differ by 1.5e-4
+    assert df.loc["atlas", "cpu_s"] == pytest.approx(df.loc["atlas_text", "cpu_s"] + df.loc["atlas_rr", "cpu_s"], rel=1e-3, abs=1.5e-4)
     assert df.loc["atlas_text", "ratio"] == pytest.approx(df.loc["atlas_text", "cpu_s"] / df.loc["plain", "cpu_s"], rel=0.02)

@@ -105,6 +105,6 @@ def test_merge_from_joins_split_runs_into_the_tables(c2d, tmp_path):
                                                                                  ("nope", "wide_long", 1, 0.25)]
     summ = pd.read_csv(out / "copy_summary.csv")
     assert len(summ) == 3 and set(summ.recipe) == {"base", "wide_long"}
-    assert (out / "copy.png").exists() and len(pd.read_csv(out / "copy_loss.csv")) == 2
+    assert (out / "copy.html").exists() and len(pd.read_csv(out / "copy_loss.csv")) == 2  # PNG only where kaleido is
     with pytest.raises(SystemExit, match="no copy.csv"):
         c2d.main(["--quick", "--out", str(out), "--merge-from", str(tmp_path / "absent")])
