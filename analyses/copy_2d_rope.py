@@ -176,7 +176,8 @@ def figure(df: pd.DataFrame, train_hi: int) -> go.Figure:
     for c in range(1, 5):
         fig.update_xaxes(title=f"string length (train: 1-{train_hi})" if c == 2 else None, type="category", row=1, col=c)
     fig.update_yaxes(title="exact match", range=[-0.03, 1.03], row=1, col=1)
-    fig.update_layout(title="Copy (paper 000): whole-string exact match by length", height=460, width=1600)
+    legend = sum(1 for t in fig.data if t.showlegend is not False)  # every entry visible: the figure grows with the models
+    fig.update_layout(title="Copy (paper 000): whole-string exact match by length", height=max(460, 32 * legend + 160), width=1600)
     return fig
 
 
