@@ -16,6 +16,9 @@ Models (000: 1 layer x 2 heads of width 512 for 60k steps, 12 layers for 30k, ba
   whenever the training batches of the last 50 steps reach 0.9 exact match; 000 has no curriculum), peak lr 2e-3;
   the 2-layer RoPE copier on Imbalanced strings uses ``ROPE2_RECIPE`` (``analyses/copy_attempts.py``'s ``fast``:
   RoPE base 500, the curriculum moves on at 0.8) for 2,000 steps;
+- the same baselines (and the Uniform-trained 2-layer RoPE model) with recipe ``wide_long`` (``WIDE``: 8 heads of 32,
+  d_model 256, MLP 256, peak lr 1e-3, 4,000 steps; the recipe with which the 2-layer RoPE copier learns 1-64); the
+  width-128 models above keep their rows under their recipe names (``base``, ``fast``) in the tables;
 - 000 Fig. 7: the 2D-RoPE and the 2-layer RoPE models also trained on Uniform strings.
 
 All: SwiGLU MLP 128, d_model 128, batch 32, AdamW (betas (0.9, 0.95), weight decay 0.01, warmup 100, cosine to
@@ -24,7 +27,8 @@ Test strings per bin (the same for every model): 200 (1-64), 200 (1-16), 100 (65
 50 (600-640), 50 (1200-1280).
 
 ``--seeds`` trains every model once per seed (test strings seeded by the seed too); ``--only`` trains some models
-(``pe-layers-train``, e.g. ``rope-2-imbalanced``) and replaces their rows for those seeds in the existing tables.
+(``pe-layers-train[-recipe]``, e.g. ``rope-2-imbalanced-wide_long``) and replaces their rows for those seeds in the
+existing tables; ``--merge-from DIR ...`` joins runs made in separate processes (one ``--out`` folder each).
 
 Writes ``copy.csv`` (``pe, layers, distribution, length_lo, length_hi, exact_match, seed, train_distribution,
 steps, final_hi``), ``copy_summary.csv`` (over seeds: ``seeds, mean, sd, min, max`` per model, distribution and
@@ -36,7 +40,7 @@ token viewer, ``interp.report.viewer.attention_view``), the trained 2D-RoPE mode
 ``copy_2d_rope_model/`` (or ``--save-dir``) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
 
     python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
-        [--out figures/] [--save-dir DIR] [--quick]
+        [--out figures/] [--save-dir DIR] [--merge-from DIR ...] [--quick]
 """
 
 from __future__ import annotations
