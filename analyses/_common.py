@@ -6,6 +6,7 @@ import argparse
 from contextlib import contextmanager
 from pathlib import Path
 
+import pandas as pd
 import plotly.graph_objects as go
 import torch
 
@@ -50,6 +51,13 @@ def installed(names: list[str]) -> list[str]:
         if n not in have:
             print(f"{n}: not installed, skipped (`interp models` prints its install command)")
     return have
+
+
+def replace_rows(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``old``'s rows whose ``keys`` values ``new`` does not have, then ``new``: runs made again replace their own rows
+    in a committed table and every other row stays (scripts that fill their tables in pieces, by model or seed)."""
+    have = old.set_index(keys).index.isin(new.set_index(keys).index)
+    return pd.concat([old[~have], new], ignore_index=True)
 
 
 def parser(doc: str, quick_help: str) -> argparse.ArgumentParser:

@@ -57,7 +57,7 @@ import torch
 from plotly.subplots import make_subplots
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import one_thread, parser, save_figure  # noqa: E402
+from _common import one_thread, parser, replace_rows, save_figure  # noqa: E402
 from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, save_lab, train_model  # noqa: E402
 from interp.lab.copy_attention import copy_attention_table  # noqa: E402
 from interp.lab.copy_task import (DISTRIBUTIONS, LengthCurriculum, copy_vocab, encode_batch, exact_match,  # noqa: E402
@@ -273,17 +273,11 @@ def _key(m: tuple) -> str:
 def _merge(path: Path, new: pd.DataFrame, keys=("pe", "layers", "train_distribution", "recipe", "seed")) -> pd.DataFrame:
     """``new`` plus the rows of ``path`` whose model and seed (``keys``) ``new`` does not have, in the file's order.
 
-    A table without a column of ``keys`` (``recipe``, before it existed) reads it as ``base``."""
+    A table without the ``recipe`` column (written before it existed) reads it as ``base``."""
     if not path.exists():
         return new
-    old = pd.read_csv(path)
-    new = new.copy()
-    for frame in (old, new):
-        for k in keys:
-            if k not in frame:
-                frame[k] = "base"
-    have = old.set_index(list(keys)).index.isin(new.set_index(list(keys)).index)
-    out = pd.concat([old[~have], new], ignore_index=True)
+    old, new = _with_recipe(pd.read_csv(path)), _with_recipe(new)
+    out = replace_rows(old, new, list(keys))
     both = pd.concat([old, new], ignore_index=True)  # models keep the place they first had in the file
     first = {k: i for i, k in enumerate(dict.fromkeys(zip(*(both[c] for c in keys[:-1]))))}
     rank = np.array([first[k] for k in zip(*(out[c] for c in keys[:-1]))])

@@ -40,7 +40,7 @@ from plotly.subplots import make_subplots
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import copy_2d_rope as c2d  # noqa: E402
-from _common import one_thread, parser, save_figure  # noqa: E402
+from _common import one_thread, parser, replace_rows, save_figure  # noqa: E402
 from interp.lab.copy_task import sample_strings  # noqa: E402
 
 BASE = dict(heads=4, lr=2e-3, curriculum=True)
@@ -92,9 +92,7 @@ def _merge(path: Path, new: pd.DataFrame) -> pd.DataFrame:
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
-            old = pd.read_csv(path)
-            keep = ~old.set_index(["recipe", "seed"]).index.isin(new.set_index(["recipe", "seed"]).index)
-            new = pd.concat([old[keep], new], ignore_index=True)
+            new = replace_rows(pd.read_csv(path), new, ["recipe", "seed"])
         order = {r: i for i, r in enumerate(RECIPES)}
         new = new.sort_values(["recipe", "seed", "step"], key=lambda c: c.map(order) if c.name == "recipe" else c, kind="stable")
         new.to_csv(path, index=False)

@@ -34,7 +34,7 @@ import plotly.graph_objects as go
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import one_thread, parser, save_figure  # noqa: E402
+from _common import one_thread, parser, replace_rows, save_figure  # noqa: E402
 from interp.lab import LabConfig, LabForCausalLM, TrainConfig, train_model  # noqa: E402
 from interp.lab import parity as sp  # noqa: E402
 
@@ -103,9 +103,7 @@ def merge(path: Path, new: pd.DataFrame) -> pd.DataFrame:
     """``new`` plus the rows of ``path`` whose ``(k_train, seed)`` ``new`` does not have; sorted by k_train (descending,
     the main K_train first), seed, k_test and bin."""
     if path.exists():
-        old = pd.read_csv(path)
-        have = old.set_index(["k_train", "seed"]).index.isin(new.set_index(["k_train", "seed"]).index)
-        new = pd.concat([old[~have], new], ignore_index=True)
+        new = replace_rows(pd.read_csv(path), new, ["k_train", "seed"])
     return new.sort_values(["k_train", "seed", "k_test", "length_lo"], ascending=[False, True, True, True]).reset_index(drop=True)
 
 
