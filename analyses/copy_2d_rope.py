@@ -334,7 +334,7 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
               f"reached {r['final_hi']}), eval {r['t_eval']:.0f} s", flush=True)
     df = pd.DataFrame([row for r in results for row in r["rows"]])[COLUMNS]
     curves = pd.concat([r["curve"] for r in results], ignore_index=True)[LOSS_COLUMNS]
-    table = write_tables(df, curves, args.out, merge=bool(args.only))
+    table, all_curves = write_tables(df, curves, args.out, merge=bool(args.only))
     by_key = {(r["key"], r["seed"]): r for r in results}
 
     first = seeds[0]
@@ -357,14 +357,15 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
         if attn is not None:
             print(attn.round(3).to_string())
     save_figure(figure(table, s["train_hi"]), args.out, "copy")
-    save_figure(loss_figure(pd.read_csv(args.out / "copy_loss.csv")), args.out, "copy_loss")
+    save_figure(loss_figure(all_curves), args.out, "copy_loss")
     print(f"total {time.perf_counter() - t_all:.0f} s ({jobs} worker process(es), one torch thread each)", flush=True)
     return df
 
 
-def write_tables(df: pd.DataFrame, curves: pd.DataFrame, out: Path, merge: bool) -> pd.DataFrame:
+def write_tables(df: pd.DataFrame, curves: pd.DataFrame, out: Path, merge: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write ``copy.csv``, ``copy_summary.csv`` and ``copy_loss.csv`` in ``out`` from these rows and curves (``merge``:
-    they replace their own models and seeds in the tables already there, others kept); returns the whole table."""
+    they replace their own models and seeds in the tables already there, others kept); returns the whole table and the
+    whole curves, as written."""
     table = _merge(out / "copy.csv", df) if merge else df
     table = _with_recipe(table)[COLUMNS]
     table.to_csv(out / "copy.csv", index=False)
@@ -372,7 +373,7 @@ def write_tables(df: pd.DataFrame, curves: pd.DataFrame, out: Path, merge: bool)
     all_curves = _merge(out / "copy_loss.csv", curves) if merge else curves
     all_curves = _with_recipe(all_curves)[LOSS_COLUMNS]
     all_curves.to_csv(out / "copy_loss.csv", index=False)
-    return table
+    return table, all_curves
 
 
 def merge_runs(dirs: list[Path], out: Path, train_hi: int) -> pd.DataFrame:
@@ -385,9 +386,9 @@ def merge_runs(dirs: list[Path], out: Path, train_hi: int) -> pd.DataFrame:
     df = pd.concat([pd.read_csv(d / "copy.csv") for d in dirs], ignore_index=True)
     curves = pd.concat([pd.read_csv(d / "copy_loss.csv") for d in dirs if (d / "copy_loss.csv").exists()], ignore_index=True)
     out.mkdir(parents=True, exist_ok=True)
-    table = write_tables(df, curves, out, merge=True)
+    table, all_curves = write_tables(df, curves, out, merge=True)
     save_figure(figure(table, train_hi), out, "copy")
-    save_figure(loss_figure(pd.read_csv(out / "copy_loss.csv")), out, "copy_loss")
+    save_figure(loss_figure(all_curves), out, "copy_loss")
     print(f"merged {len(df)} rows from {len(dirs)} run(s) into {out / 'copy.csv'}", flush=True)
     return df
 
