@@ -37,7 +37,7 @@ curriculum's hi), ``copy_attention.csv`` (``interp.lab.copy_attention`` of the 2
 initialisation, on Imbalanced strings of 32 and 96 bits), ``copy.{html,png}``, ``copy_loss.{html,png}``,
 ``copy_attention.{html,png}`` (its two layers' maps on one 32-bit string), ``copy_rope2_view.html`` (the
 token viewer, ``interp.report.viewer.attention_view``), the trained 2D-RoPE model (``interp.lab.save_lab``) in
-``copy_2d_rope_model/`` (or ``--save-dir``) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
+``copy_2d_rope_model/`` (or ``--save-dir``), the 2-layer RoPE copier in ``copy_rope2_model/`` and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
 
     python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
         [--out figures/] [--save-dir DIR] [--merge-from DIR ...] [--quick]
@@ -348,6 +348,7 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
     attn = None
     if (ATTENTION_MODEL, first) in by_key:
         attn = attention_outputs(by_key[(ATTENTION_MODEL, first)], specs, s, vocab, seeds[0], args.out)
+        save_lab(_rebuild(by_key[(ATTENTION_MODEL, first)]), vocab, args.out / "copy_rope2_model")  # for the head atlas
 
     show = df.assign(bin=df.length_lo.astype(str) + "-" + df.length_hi.astype(str),
                      model=df.pe + "/" + df.layers.astype(str) + "L/" + df.train_distribution + "/" + df.recipe
