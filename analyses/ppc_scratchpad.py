@@ -17,7 +17,9 @@ for parity; lengths are ``2l`` for parity and ``l`` for variable assignment).
 
 Scaled down from the paper (12-layer GPT-NeoX, d = 1024, 50,000 steps at batch 64 / 32, 192 test points, 10 / 3 runs):
 2-layer decoders with d_model = 64, 4 heads, lr 1e-2 (parity) / 3e-3 (variable assignment: at 1e-2 not even
-depth 1 was learned in 1,000 steps, 3 seeds), two stages per model:
+depth 1 was learned in 1,000 steps, 3 seeds), two stages per model (parity: ``curriculum`` = 1,000, ``steps`` = 800;
+variable assignment: 6,000 and 1,500, since depth 1 alone took about 1,500 steps at 3e-3, so a cap of 1,000 left
+every model at depth 1):
 
 1. a curriculum at offset 0 (true ids for ``rope_pose``), in chunks of ``chunk`` steps at constant lr: jumps (depths)
    1, 2, ..., k, each until a probe of 64 training-length inputs is >= 90% exact, at most ``curriculum`` steps (the
@@ -88,7 +90,8 @@ class Task(NamedTuple):
 
 TASKS = {"parity": Task("parity", (5, 20), ((10, 40), (42, 80), (82, 120), (122, 160), (162, 200)), 2, 64, ppc.VOCAB_SIZE, 1e-2),
          "va": Task("va", (20, 60), ((20, 60), (61, 100), (101, 150), (151, 200)), 1, 32, va.vocab_size(), 3e-3)}
-FULL = dict(steps=800, curriculum=1000, chunk=100, test=64, probe=64, seeds=(0, 1, 2), levels=LEVELS)
+FULL = dict(steps=800, curriculum=1000, chunk=100, test=64, probe=64, seeds=(0, 1, 2), levels=LEVELS,
+            budget={"va": dict(curriculum=6000, steps=1500)})  # per task: overrides steps / curriculum
 QUICK = dict(steps=4, curriculum=2, chunk=2, test=4, probe=8, seeds=(0, 1), levels={"parity": (1,), "va": (2,)})
 
 
@@ -152,6 +155,7 @@ def run_job(job: tuple, cfg: dict) -> tuple[pd.DataFrame, str]:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     name, method, level, seed = job
+    cfg = {**cfg, **cfg.get("budget", {}).get(name, {})}
     task = TASKS[name]
     model, l_max, moved, done = train_scratchpad(task, method, level, cfg, seed)
     rng = np.random.default_rng(seed + 2)
