@@ -37,10 +37,12 @@ curriculum's hi), ``copy_attention.csv`` (``interp.lab.copy_attention`` of the 2
 initialisation, on Imbalanced strings of 32 and 96 bits), ``copy.{html,png}``, ``copy_loss.{html,png}``,
 ``copy_attention.{html,png}`` (its two layers' maps on one 32-bit string), ``copy_rope2_view.html`` (the
 token viewer, ``interp.report.viewer.attention_view``), the trained 2D-RoPE model (``interp.lab.save_lab``) in
-``copy_2d_rope_model/`` (or ``--save-dir``), the 2-layer RoPE copier in ``copy_rope2_model/`` and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
+``copy_2d_rope_model/`` (or ``--save-dir``), the 2-layer RoPE copier in ``copy_rope2_model/`` and its head atlas
+(``copy_atlas``: ``copy_atlas.csv``, ``copy_atlas_grid.{html,png}``; ``--atlas DIR`` runs only this, on a saved copier) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
 
     python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
         [--out figures/] [--save-dir DIR] [--merge-from DIR ...] [--quick]
+    python analyses/copy_2d_rope.py --atlas figures/copy_rope2_model [--seed 0] [--out figures/]
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ FULL = dict(d_model=128, d_mlp=128, batch=32, train_hi=64, start_hi=8,
             bins=[(1, 64, 200), (1, 16, 200), (65, 96, 100), (120, 128, 100), (600, 640, 50), (1200, 1280, 50)],
             attn_lengths=(32, 96), attn_strings=8)
 QUICK = dict(d_model=32, d_mlp=32, batch=8, train_hi=8, start_hi=4, bins=[(1, 8, 6), (12, 16, 4)], attn_lengths=(6,), attn_strings=2)
+ATLAS_PROMPTS = 16  # copy prompts of attn_lengths[0] Imbalanced bits in the atlas's text pass (and as many repeated-random)
 DASH = {"wide_long": "solid", "base": "dash"}  # line style per recipe (others dotted)
 COLORS = {"rope2d-1": "#d62728", "rope-1": "#1f77b4", "nope-1": "#7f7f7f", "alibi-1": "#ff7f0e",
           "rope-2": "#2ca02c", "nope-2": "#17becf", "alibi-2": "#9467bd"}
@@ -303,7 +306,17 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--merge-from", type=Path, nargs="+", default=None,
                     help="train nothing: merge the copy.csv / copy_loss.csv of these output folders (runs split over "
                          "processes or machines) into OUT's tables, then write the summary and figures")
+    ap.add_argument("--atlas", type=Path, default=None, metavar="DIR",
+                    help="train nothing: the head atlas of a copier saved in DIR (copy_rope2_model/) -> OUT/copy_atlas.*")
     args = ap.parse_args(argv)
+    if args.atlas:
+        from interp.lab import load_lab
+        try:
+            model, vocab = load_lab(args.atlas)
+        except FileNotFoundError as e:
+            raise SystemExit(f"--atlas: {e}") from None
+        args.out.mkdir(parents=True, exist_ok=True)
+        return copy_atlas(model, vocab, QUICK if args.quick else FULL, args.seed, args.out)
     if args.merge_from:
         return merge_runs(args.merge_from, args.out, (QUICK if args.quick else FULL)["train_hi"])
     s = QUICK if args.quick else FULL
@@ -348,7 +361,8 @@ def run(argv: list[str] | None = None) -> pd.DataFrame:
     attn = None
     if (ATTENTION_MODEL, first) in by_key:
         attn = attention_outputs(by_key[(ATTENTION_MODEL, first)], specs, s, vocab, seeds[0], args.out)
-        save_lab(_rebuild(by_key[(ATTENTION_MODEL, first)]), vocab, args.out / "copy_rope2_model")  # for the head atlas
+        save_lab(_rebuild(by_key[(ATTENTION_MODEL, first)]), vocab, args.out / "copy_rope2_model")
+        copy_atlas(_rebuild(by_key[(ATTENTION_MODEL, first)]), vocab, s, seeds[0], args.out)
 
     show = df.assign(bin=df.length_lo.astype(str) + "-" + df.length_hi.astype(str),
                      model=df.pe + "/" + df.layers.astype(str) + "L/" + df.train_distribution + "/" + df.recipe
@@ -417,6 +431,31 @@ def attention_outputs(res: dict, specs: list, s: dict, vocab, seed: int, out: Pa
     ids = encode_batch(vocab, [bits])["input_ids"][0]
     (out / "copy_rope2_view.html").write_text(attention_view(lab_loaded(rope2, vocab, name="copy-rope-2"), ids).html())
     return attn
+
+
+def copy_atlas(model: LabForCausalLM, vocab, s: dict, seed: int, out: Path) -> pd.DataFrame:
+    """The head atlas (``interp.experiments.atlas.run_atlas``) of a copier: its text pass on ``ATLAS_PROMPTS`` copy
+    prompts of ``s["attn_lengths"][0]`` Imbalanced bits (the copier's own task; ``[BOS] s <\\n> <O:> s <EOS>``), its
+    repeated-random pass on as many prompts of the same length over the copy vocabulary (BOS, r, r). Writes
+    ``copy_atlas.csv`` (the atlas table, one row per head, with the copy prompts' exact match) and
+    ``copy_atlas_grid.{html,png}`` (the role grid); returns the table."""
+    from interp.experiments.atlas import AtlasConfig, run_atlas
+    from interp.report.atlas_page import role_grid
+
+    n = s["attn_lengths"][0]
+    rng = np.random.default_rng([seed, 79, n])
+    strings = [sample_string("imbalanced", n, rng) for _ in range(ATLAS_PROMPTS)]
+    prompts = encode_batch(vocab, strings)["input_ids"]
+    loaded = lab_loaded(model, vocab, name="copy-rope-2")
+    res = run_atlas(loaded, AtlasConfig(prompts=len(strings), tokens=prompts.shape[1], seed=seed, inp=False), text_prompts=prompts)
+    table = res.table.assign(exact_match=float(exact_match(model, vocab, strings).mean()), bits=n)
+    table.to_csv(out / "copy_atlas.csv", index=False)
+    save_figure(role_grid(table).update_layout(title=f"2-layer RoPE copier: dominant role of every head ({n}-bit copy prompts)"),
+                out, "copy_atlas_grid")
+    show = ["layer", "head", "roles", "prev_token_score", "duplicate_token_score", "induction_score", "rr_induction_score",
+            "rr_echo_score", "sink_weight", "slash_score", "slash_delta"]
+    print(table[[c for c in show if c in table]].round(3).to_string(), flush=True)
+    return table
 
 
 if __name__ == "__main__":

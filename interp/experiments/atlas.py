@@ -290,28 +290,43 @@ def check_text_corpus(corpus: str) -> None:
 
 
 def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False, engine: str = "auto",
-              log: Callable[[str], None] = lambda s: None, retrieval_heads: pd.DataFrame | None = None) -> AtlasResult:
+              log: Callable[[str], None] = lambda s: None, retrieval_heads: pd.DataFrame | None = None,
+              text_prompts: torch.Tensor | None = None) -> AtlasResult:
     """Run the atlas's passes on ``model`` (``interp.models.LoadedModel``) and build its table.
 
     ``retrieval_heads``: retrieval scores already measured (``layer, head, retrieval_score``, e.g. a committed
     ``retrieval.csv``) to join instead of running the retrieval pass.
+
+    ``text_prompts``: ``[prompt, pos]`` int64 token ids for the text pass instead of ``cfg.corpus`` (a lab model whose
+    vocabulary is not text, e.g. a copier on its own task's inputs); ``cfg.prompts`` / ``cfg.tokens`` then size only the
+    repeated-random pass.
 
     Returns:
         AtlasResult (its ``table`` is what ``interp atlas`` writes as ``atlas.csv``).
 
     Raises:
         ConfigError: a random corpus for the text pass, or a bad scan / retrieval setting. PromptError: prompts too long.
+        ValueError: ``text_prompts`` not a ``[prompt, pos]`` int64 tensor.
     """
     from interp import corpus as corpus_mod
 
-    check_text_corpus(cfg.corpus)
+    if text_prompts is None:
+        check_text_corpus(cfg.corpus)
+    else:
+        text_prompts = torch.as_tensor(text_prompts)
+        if text_prompts.ndim != 2 or text_prompts.dtype != torch.long or text_prompts.numel() == 0:
+            raise ValueError(f"text_prompts: need a non-empty [prompt, pos] int64 tensor, got {tuple(text_prompts.shape)} "
+                             f"{text_prompts.dtype}")
     variants = band_ablations(model.card.n_rotary_planes, cfg.n_remove) if cfg.ablate else ()
     text_cfg, rr_cfg = atlas_config(cfg, variants)
     seconds = {}
     t0 = time.perf_counter()
-    text_p = corpus_mod.prompts(model, cfg.corpus, cfg.prompts, cfg.tokens, cfg.seed)
-    log(f"text pass: {cfg.prompts} x {cfg.tokens} {cfg.corpus} tokens")
-    text = scan(model, text_p, text_cfg, progress=progress, meta={"corpus": cfg.corpus, "seed": cfg.seed}, engine=engine)
+    if text_prompts is None:
+        text_p, source = corpus_mod.prompts(model, cfg.corpus, cfg.prompts, cfg.tokens, cfg.seed), cfg.corpus
+    else:
+        text_p, source = text_prompts, "given"
+    log(f"text pass: {text_p.shape[0]} x {text_p.shape[1]} {source} tokens")
+    text = scan(model, text_p, text_cfg, progress=progress, meta={"corpus": source, "seed": cfg.seed}, engine=engine)
     seconds["text"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     rr_p = corpus_mod.prompts(model, "repeated-random", cfg.prompts, cfg.tokens, cfg.seed, repeats=cfg.repeats)

@@ -106,6 +106,23 @@ def test_text_pass_refuses_a_random_corpus(tiny_llama):
         run_atlas(tiny_llama, AtlasConfig(corpus="random", prompts=1, tokens=16))
 
 
+def test_text_prompts_replace_the_corpus(tiny_llama):
+    """A lab model's own task inputs as the text pass: the atlas's text columns are those of a scan of these prompts."""
+    from interp import corpus
+    from interp.engine import scan
+    from interp.experiments.atlas import atlas_config
+
+    cfg = AtlasConfig(prompts=1, tokens=24, inp=False, scan=ScanConfig(block_size=8, map_size=8))
+    given = corpus.prompts(tiny_llama, "random", 2, 20, seed=3)  # a corpus the text pass would refuse by name
+    res = run_atlas(tiny_llama, cfg, text_prompts=given)
+    want = scan(tiny_llama, given, atlas_config(cfg)[0]).heads
+    for col in ("prev_token_score", "duplicate_token_score", "slash_score", "entropy"):
+        np.testing.assert_allclose(res.table[col].to_numpy(), want[col].to_numpy(), rtol=1e-6, atol=1e-9)
+    assert res.rr.heads.shape[0] == res.table.shape[0] and res.text.meta["corpus"] == "given"
+    with pytest.raises(ValueError, match=r"\[prompt, pos\] int64"):
+        run_atlas(tiny_llama, cfg, text_prompts=given[0])
+
+
 def test_report_links_to_the_atlas_and_names_heavy_hitters(atlas, tiny_llama, tmp_path):
     write_atlas(atlas, tmp_path / "b", tiny_llama.tokenizer)
     report = (tmp_path / "b" / "report.html").read_text()

@@ -327,3 +327,10 @@ def test_quick_copy_analysis_writes_its_table(tmp_path):
     assert (tmp_path / "copy.html").exists() and (tmp_path / "copy_2d_rope_model" / "config.json").exists()
     summ = pd.read_csv(tmp_path / "copy_summary.csv")  # one seed: the summary's mean is the row itself
     assert (summ.seeds == 1).all() and np.allclose(summ["mean"], df["exact_match"]) and summ.sd.isna().all()
+    # the saved 2-layer RoPE copier reloads to the same model: its atlas from --atlas equals the one written in training
+    atlas = pd.read_csv(tmp_path / "copy_atlas.csv")
+    assert len(atlas) == 2 * 2 and {"role", "rr_induction_score", "prev_token_score"} <= set(atlas.columns)
+    again = load_script(ANALYSES / "copy_2d_rope.py").main(["--quick", "--atlas", str(tmp_path / "copy_rope2_model"),
+                                                            "--out", str(tmp_path / "again")])
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "copy_atlas.csv"), atlas)
+    assert len(again) == len(atlas)
