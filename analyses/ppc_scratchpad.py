@@ -33,7 +33,8 @@ need far fewer, so the random training offsets spread over the ids a test can us
 (25% of the planes, GPT-NeoX's default ``rotary_pct``) like ``sparse_parity.py``. The trainings run in ``--workers``
 processes (default 2), one torch thread each.
 
-    python analyses/ppc_scratchpad.py [--quick] [--out DIR] [--seeds 0 1 2] [--workers 2]
+    python analyses/ppc_scratchpad.py [--quick] [--out DIR] [--seeds 0 1 2] [--tasks parity va] [--levels ..]
+        [--methods ppc absolute rope_pose] [--workers 2]
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--tasks", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--levels", type=int, nargs="+", default=None, help="only these jumps (parity) / depths (variable "
                     "assignment); default all")
+    ap.add_argument("--methods", nargs="+", default=None, help="only these methods (ppc, absolute, rope_pose); default all")
     ap.add_argument("--workers", type=int, default=2, help="processes for the independent trainings (quick: 1)")
     ap.add_argument("--fresh", action="store_true", help="retrain every job (default: keep the rows of jobs already in "
                     "OUT/ppc.csv; each finished job is saved at once, so an interrupted run resumes)")
@@ -253,7 +255,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if list(done.columns) != COLUMNS:
         raise ValueError(f"{path} has columns {list(done.columns)}, not {COLUMNS}; pass --fresh to overwrite it")
     have = set(_key(done)) if len(done) else set()
-    jobs = [j for j in job_order(cfg, seeds, args.tasks) if f"{j[0]}/{j[1]}/{j[2]}/{j[3]}" not in have]
+    jobs = [j for j in job_order(cfg, seeds, args.tasks) if f"{j[0]}/{j[1]}/{j[2]}/{j[3]}" not in have
+            and (args.methods is None or j[1] in args.methods)]
     print(f"{len(jobs)} trainings to run ({len(have)} kept from {path})")
     t0 = time.perf_counter()
     frames, lines = [done], []
