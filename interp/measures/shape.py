@@ -44,6 +44,9 @@ log-sum-exp (``interp.attention.row_probs`` / ``column_probs``: ``A[i, j] = exp(
   keep ``S = 128`` sink and ``W = 256`` recent tokens; the distant-mass split of mlx-lm PR 1522,
   ``classify_retrieval_heads``): ``distant_mass = 1 - A-shape coverage at (S, W)``, the share of attention outside
   the first ``S`` and the last ``W`` keys of each query. ``is_streaming``: ``distant_mass < streaming_threshold``.
+  A prompt of ``N <= S + W`` tokens (68 at the floors below) has no query with a distant key: it is left out of the
+  mean (``distant_mass`` is the mean over the prompts that have one), and with no such prompt ``distant_mass`` is NaN
+  and no head is streaming (a 0 there would label every head streaming).
   Default threshold 0.3: on the zoo (8 pydoc prompts x 1024 tokens, ``analyses/shape_zoo.py``,
   ``figures/shape_zoo_summary.csv``) the distribution is not bimodal (a peak of local / sink heads near 0, then a
   broad spread); Otsu's cut is 0.32 (SmolLM2-135M), 0.28 (Gemma-3-270M), 0.26 (Qwen2.5-Coder-0.5B),
@@ -214,7 +217,8 @@ class Shape(Measure):
                 Entry("vertical_mass", (L, H, N), per_position=True),
                 Entry("vertical_seen", (L, N), per_position=True),
                 Entry("vertical_top1pct_sum", (L, H)),
-                Entry("shape_coverage", (L, H, len(COVERAGE)))]
+                Entry("shape_coverage", (L, H, len(COVERAGE))),
+                Entry("shape_distant_prompts", (L, H))]  # prompts with a distant key: distant_mass's denominator
 
     def update(self, x):
         N, skip, P = x.n_pos, min(x.config.skip, x.n_pos), x.products
@@ -231,10 +235,12 @@ class Shape(Measure):
         best = vs_mass(x, lse, km, lag_all, km.topk(v, -1).indices, lag_all.topk(s, -1).indices)
         keys, lags, estimate = minference_estimate(x, lse, v, s)
         picked = vs_mass(x, lse, km, lag_all, keys, lags)
-        cov = torch.stack([ashape_mass(x, lse, km, lag_all, *b["ashape"]) / N, best / N, estimate, picked / N,
-                           1 - ashape_mass(x, lse, km, lag_all, *b["distant"]) / N], -1)
+        has_distant = N > sum(b["distant"])  # some query has a key outside the first S and its last W
+        distant = 1 - ashape_mass(x, lse, km, lag_all, *b["distant"]) / N if has_distant else torch.zeros_like(best)
+        cov = torch.stack([ashape_mass(x, lse, km, lag_all, *b["ashape"]) / N, best / N, estimate, picked / N, distant], -1)
         return {"shape_entropy": entropy, "vertical_mass": km, "vertical_seen": seen_counts(N, x.window).to(km.device),
-                "vertical_top1pct_sum": top1, "shape_coverage": cov}
+                "vertical_top1pct_sum": top1, "shape_coverage": cov,
+                "shape_distant_prompts": torch.full_like(top1, float(has_distant), dtype=torch.float64)}
 
     def compute(self, s):
         P, cfg, st = prompt_count(s), s.config, s.state
@@ -245,7 +251,9 @@ class Shape(Measure):
                "vertical_top_key_weight": weight[..., 0], "vertical_top1pct": st["vertical_top1pct_sum"] / P}
         out.update({name: cov[..., i] for i, name in enumerate(COVERAGE)})
         out["vs_est_error"] = out["vs_est_coverage"] - out["vs_picked_coverage"]
-        out["is_streaming"] = out["distant_mass"] < cfg.streaming_threshold
+        n_distant = st["shape_distant_prompts"]
+        out["distant_mass"] = st["shape_coverage"][..., COVERAGE.index("distant_mass")] / n_distant  # 0 / 0: NaN
+        out["is_streaming"] = out["distant_mass"] < cfg.streaming_threshold  # NaN: False
         return {c.name: out[c.name] for c in self.columns(cfg)}
 
 

@@ -99,6 +99,19 @@ def test_shape_scores_equal_materialised_patterns(tiny, small_budgets, monkeypat
     assert 0.05 < h["distant_mass"].mean() < 0.95  # the budgets leave real mass on both sides
 
 
+def test_distant_mass_leaves_out_prompts_without_a_distant_key(tiny, small_budgets):
+    """A prompt of N <= S + W tokens has no key outside the sinks and the window: it is not averaged in as 0 (which
+    would make every head look streaming); with no prompt long enough, distant_mass is NaN and no head is streaming."""
+    S, W = SMALL["distant"]
+    short, long = random_tokens(S + W, seed=3), random_tokens(40, seed=4)
+    cfg = ScanConfig(shape=True, block_size=8)
+    only_short = scan(tiny, [short], cfg).heads
+    assert only_short["distant_mass"].isna().all() and not only_short["is_streaming"].any()
+    mixed, alone = scan(tiny, [short, long], cfg).heads, scan(tiny, [long], cfg).heads
+    np.testing.assert_allclose(mixed["distant_mass"], alone["distant_mass"], atol=1e-12)
+    assert alone["distant_mass"].between(0, 1).all()
+
+
 def test_vertical_mass_and_top_keys_equal_materialised_patterns(tiny):
     prompts = _prompts()
     res = scan(tiny, prompts, ScanConfig(shape=True, block_size=8))
