@@ -18,8 +18,8 @@ for parity; lengths are ``2l`` for parity and ``l`` for variable assignment).
 Scaled down from the paper (12-layer GPT-NeoX, d = 1024, 50,000 steps at batch 64 / 32, 192 test points, 10 / 3 runs):
 2-layer decoders with d_model = 64, 4 heads, lr 1e-2 (parity) / 3e-3 (variable assignment: at 1e-2 not even
 depth 1 was learned in 1,000 steps, 3 seeds), two stages per model (parity: ``curriculum`` = 1,000, ``steps`` = 800;
-variable assignment: 6,000 and 1,500, since depth 1 alone took about 1,500 steps at 3e-3, so a cap of 1,000 left
-every model at depth 1):
+variable assignment: 6,000 and 1,500; a cap of 1,000 ended before depth 1 was learned and left every model at
+depth 1):
 
 1. a curriculum at offset 0 (true ids for ``rope_pose``), in chunks of ``chunk`` steps at constant lr: jumps (depths)
    1, 2, ..., k, each until a probe of 64 training-length inputs is >= 90% exact, at most ``curriculum`` steps (the
