@@ -1,9 +1,20 @@
-"""What every analysis script shares: where figures go, the zoo models it runs on, saving a figure as HTML + PNG."""
+"""What every analysis script shares: where figures go, the zoo models it runs on, saving a figure as HTML + PNG, and
+the provenance of every table it writes (``provenance.json`` beside the tables: command, date, commit, machine)."""
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import inspect
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -60,10 +71,88 @@ def replace_rows(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.Da
     return pd.concat([old[~have], new], ignore_index=True)
 
 
+PROVENANCE = "provenance.json"
+
+
+class _Parser(argparse.ArgumentParser):
+    """``argparse`` that, once the arguments parse, records the provenance of the tables the run writes in ``--out``."""
+
+    script: str = ""
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        _track(ns, self.script, args)
+        return ns
+
+
+def parse_tracked(ap: argparse.ArgumentParser, argv: list[str] | None, script: str) -> argparse.Namespace:
+    """``ap.parse_args(argv)``, then :func:`track_outputs` on its ``--out`` for ``script`` (scripts with their own
+    parser: the benchmarks)."""
+    ns = ap.parse_args(argv)
+    _track(ns, script, argv)
+    return ns
+
+
+def _track(ns: argparse.Namespace, script: str, argv: list[str] | None) -> None:
+    out = getattr(ns, "out", None)
+    if out is not None:
+        out = Path(out)
+        track_outputs(out.parent if out.suffix == ".csv" else out, script, sys.argv[1:] if argv is None else [str(a) for a in argv])
+
+
 def parser(doc: str, quick_help: str) -> argparse.ArgumentParser:
-    """The options every analysis script takes: ``--models``, ``--quick`` (seconds, for the tests) and ``--out``."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    """The options every analysis script takes: ``--models``, ``--quick`` (seconds, for the tests) and ``--out``.
+
+    Parsing its arguments starts :func:`track_outputs` on ``--out`` for the calling script."""
+    ap = _Parser(description=doc.splitlines()[0])
+    ap.script = inspect.stack()[1].filename
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--out", type=Path, default=FIGURES)
     return ap
+
+
+def track_outputs(out: Path, script: str, args: list[str]) -> None:
+    """At interpreter exit, record how every CSV this process wrote (or rewrote) in ``out`` was made, in
+    ``out/provenance.json`` (:func:`record_provenance`). ``script``: the analysis file; ``args``: its arguments."""
+    atexit.register(record_provenance, Path(out), time.time(), script, list(args))
+
+
+def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dict:
+    """Write one entry per ``*.csv`` in ``out`` modified since ``t0`` (epoch seconds) into ``out/provenance.json``,
+    keeping the entries of other tables: ``script`` (relative to the repository), ``command`` (the line that reruns it),
+    ``date`` (UTC, ISO 8601), ``seconds`` (the run's wall time), ``commit`` (``git`` HEAD, ``+dirty`` with uncommitted
+    changes), ``machine`` (OS, CPUs, torch, GPU). Returns the new entries; nothing happens if ``out`` is gone."""
+    out = Path(out)
+    if not out.is_dir():
+        return {}
+    names = sorted(p.name for p in out.glob("*.csv") if p.stat().st_mtime >= t0)
+    if not names:
+        return {}
+    path = Path(script).resolve()
+    rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(script)
+    entry = {"script": rel, "command": shlex.join(["python", rel, *args]),
+             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": round(time.time() - t0, 1),
+             "commit": _commit(), "machine": _machine()}
+    file = out / PROVENANCE
+    table = json.loads(file.read_text()) if file.exists() else {}
+    table.update({n: entry for n in names})
+    file.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
+    return {n: entry for n in names}
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head + ("+dirty" if dirty else "")) if head else "unknown"
+
+
+def _machine() -> str:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, {gpu}")

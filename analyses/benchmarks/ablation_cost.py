@@ -21,6 +21,10 @@ import torch
 
 import interp
 from interp.experiments.ablation import band_variants
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import parse_tracked  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +45,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "figures")
-    args = ap.parse_args(argv)
+    args = parse_tracked(ap, argv, __file__)
     rows = []
     for name in args.models:
         if not interp.models.is_installed(name):

@@ -27,6 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import parse_tracked  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +49,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--quick", action="store_true", help="tiny-llama, 1 prompt x 64 tokens (for the tests)")
     ap.add_argument("--out", type=Path, default=ROOT / "figures")
-    args = ap.parse_args(argv)
+    args = parse_tracked(ap, argv, __file__)
     if args.quick:
         args.model, args.prompts, args.tokens = "tiny-llama", 1, 64
     torch.set_num_threads(1)

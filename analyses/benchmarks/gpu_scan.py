@@ -33,6 +33,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import parse_tracked  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -144,7 +147,7 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--out", type=Path, default=ROOT / "figures" / "gpu_scan.csv", help="the CSV, or a folder for gpu_scan.csv")
     ap.add_argument("--profile", action="store_true", help="also print the top CUDA kernels of one scan of the first model "
                     "at the longest length (torch.profiler)")
-    a = ap.parse_args(argv)
+    a = parse_tracked(ap, argv, __file__)
     if a.out.is_dir() or not a.out.suffix:
         a.out = a.out / "gpu_scan.csv"
     rows = []

@@ -38,6 +38,9 @@ from pathlib import Path
 
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import parse_tracked  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 FIG = ROOT / "figures"
 PROBE = ("<script>window.addEventListener('load',function(){var d=document.createElement('div');"
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="tiny-llama, 64 tokens, 1 repeat (the tests)")
     ap.add_argument("--out", type=Path, default=FIG)
-    args = ap.parse_args(argv)
+    args = parse_tracked(ap, argv, __file__)
     if args.quick:
         args.model, args.prompts, args.tokens, args.repeats = "tiny-llama", 1, 64, 1
     windows = (32, 32) if args.quick else (128, 512)

@@ -19,6 +19,10 @@ import pandas as pd
 
 import interp
 from interp.engine.executor import ModelSpec, ray_workers, run_sharded
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import parse_tracked  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +34,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--quick", action="store_true", help="tiny-llama, 4 prompts x 64 tokens")
     ap.add_argument("--out", type=Path, default=ROOT / "figures")
-    args = ap.parse_args(argv)
+    args = parse_tracked(ap, argv, __file__)
     import ray
 
     name, n, t = ("tiny-llama", 4, 64) if args.quick else (args.model, args.prompts, args.tokens)

@@ -27,6 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import track_outputs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 FIG = ROOT / "figures"
 
@@ -101,6 +104,8 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not args.worker:
+        track_outputs(FIG, __file__, sys.argv[1:])
     if args.worker:
         print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.repeats, args.model)))
         return

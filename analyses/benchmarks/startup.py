@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import parse_tracked  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 FIG = ROOT / "figures"
 
@@ -36,7 +39,7 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="1 repeat, print only (the tests)")
     ap.add_argument("--out", type=Path, default=FIG)
-    args = ap.parse_args(argv)
+    args = parse_tracked(ap, argv, __file__)
     import pandas as pd
 
     reps = 1 if args.quick else args.repeats

@@ -35,6 +35,10 @@ from interp.hooks.capture import capture
 from interp.engine import ScanConfig, scan
 from interp.measures import geometry
 from interp.experiments.sweep import sweep
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
+from _common import parse_tracked  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--check", action="store_true", help="also compare the cluster scores with scikit-learn")
     ap.add_argument("--quick", action="store_true", help="tiny-llama, lengths 32 64, one repeat (for the tests)")
     ap.add_argument("--out", type=Path, default=ROOT / "figures")
-    args = ap.parse_args(argv)
+    args = parse_tracked(ap, argv, __file__)
     if args.quick:
         args.model, args.lengths, args.repeats, args.prompts = "tiny-llama", [32, 64], 1, 2
     torch.set_num_threads(args.threads)

@@ -1,0 +1,53 @@
+"""Provenance of the committed tables (issue 21, item 1): ``figures/provenance.json`` names, for every table in
+``figures/``, the script that writes it, and for tables written since provenance was recorded the command that reruns
+it, the date, the commit and the machine; an analysis run records this for every CSV it writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+FIG = ROOT / "figures"
+common = load_script(ROOT / "analyses" / "_common.py")
+
+
+def test_every_committed_table_has_an_entry_naming_its_script():
+    prov = json.loads((FIG / common.PROVENANCE).read_text())
+    tables = {p.name for p in FIG.glob("*.csv")}
+    assert tables <= set(prov), f"tables with no provenance entry: {sorted(tables - set(prov))}"
+    assert set(prov) <= tables, f"entries for tables that are gone: {sorted(set(prov) - tables)}"
+    for name, e in prov.items():
+        assert (ROOT / e["script"]).is_file(), f"{name}: {e['script']} does not exist"
+        assert e["date"] and e["commit"], name
+        assert e.get("backfilled") or e["command"].startswith(f"python {e['script']}"), name
+
+
+def test_record_provenance_adds_the_tables_written_since_the_start_and_keeps_the_others(tmp_path):
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    old.write_text("a\n1\n")
+    os.utime(old, (1_000_000, 1_000_000))  # written long before the run
+    (tmp_path / common.PROVENANCE).write_text(json.dumps({"old.csv": {"script": "x"}}))
+    t0 = time.time() - 1
+    new.write_text("a\n2\n")
+    got = common.record_provenance(tmp_path, t0, str(ROOT / "analyses" / "ppc_scratchpad.py"), ["--seeds", "0 1"])
+    prov = json.loads((tmp_path / common.PROVENANCE).read_text())
+    assert set(got) == {"new.csv"} and prov["old.csv"] == {"script": "x"}
+    e = prov["new.csv"]
+    assert e["script"] == "analyses/ppc_scratchpad.py" and e["command"] == "python analyses/ppc_scratchpad.py --seeds '0 1'"
+    assert e["machine"].startswith(("Linux", "Darwin", "Windows")) and "torch" in e["machine"] and e["commit"]
+    assert common.record_provenance(tmp_path / "gone", t0, "x", []) == {}
+
+
+def test_a_script_run_records_its_tables(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "analyses" / "embedding_cone.py"), "--quick", "--out", str(tmp_path)],
+                   check=True, capture_output=True, cwd=ROOT)
+    prov = json.loads((tmp_path / common.PROVENANCE).read_text())
+    assert set(prov) == {p.name for p in tmp_path.glob("*.csv")} and prov
+    assert all(e["command"] == f"python analyses/embedding_cone.py --quick --out {tmp_path}" for e in prov.values())
