@@ -114,9 +114,11 @@ def num(table: str, column: str, stat: str | None = None, fmt: str = ".3g", *, r
 
 
 def rng(table: str, column: str, fmt: str = ".3g", sep: str = "-", *, root: str | Path = ".", **where) -> str:
-    """``min{sep}max`` of a column over the selected rows, each formatted with ``fmt`` (see :func:`num`)."""
+    """``min{sep}max`` of a column over the selected rows, each formatted with ``fmt`` (see :func:`num`); one value when
+    both ends format the same (``18``, not ``18-18``)."""
     values = _values(table, column, root, where)
-    return f"{_format(float(values.min()), fmt)}{sep}{_format(float(values.max()), fmt)}"
+    lo, hi = _format(float(values.min()), fmt), _format(float(values.max()), fmt)
+    return lo if lo == hi else f"{lo}{sep}{hi}"
 
 
 _FUNCS = {"num": num, "rng": rng}

@@ -63,6 +63,7 @@ def test_num_and_rng_read_the_table(tmp_path):
     assert dn.num("t.csv", "x", "median", ".2f", root=tmp_path, model="a") == "0.31"
     assert dn.num("t.csv", "x", "count", ".0f", root=tmp_path, lag=">=1") == "2"
     assert dn.rng("t.csv", "x", fmt=".1f", root=tmp_path) == "0.1-2.0"
+    assert dn.rng("t.csv", "lag", fmt=".0f", root=tmp_path, model="b") == "1"  # equal ends: one value
     assert dn.render('v {{ num("t.csv", "x", fmt=".0%", model="b") }}, `{{ kept }}`', tmp_path) == "v 200%, `{{ kept }}`"
     with pytest.raises(dn.DocsNumberError, match="2 rows"):
         dn.num("t.csv", "x", root=tmp_path, model="a")
