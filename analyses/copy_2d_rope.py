@@ -38,7 +38,7 @@ initialisation, on Imbalanced strings of 32 and 96 bits), ``copy.{html,png}``, `
 ``copy_attention.{html,png}`` (its two layers' maps on one 32-bit string), ``copy_rope2_view.html`` (the
 token viewer, ``interp.report.viewer.attention_view``), the trained 2D-RoPE model (``interp.lab.save_lab``) in
 ``copy_2d_rope_model/`` (or ``--save-dir``), the 2-layer RoPE copier in ``copy_rope2_model/`` and its head atlas
-(``copy_atlas``: ``copy_atlas.csv``, ``copy_atlas_grid.{html,png}``; ``--atlas DIR`` runs only this, on a saved copier) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
+(``copy_atlas``: ``copy_atlas.csv``, ``copy_atlas_roles.csv``, ``copy_atlas_grid.{html,png}``; ``--atlas DIR`` runs only this, on a saved copier) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
 
     python analyses/copy_2d_rope.py [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
         [--out figures/] [--save-dir DIR] [--merge-from DIR ...] [--quick]
@@ -437,9 +437,10 @@ def copy_atlas(model: LabForCausalLM, vocab, s: dict, seed: int, out: Path) -> p
     """The head atlas (``interp.experiments.atlas.run_atlas``) of a copier: its text pass on ``ATLAS_PROMPTS`` copy
     prompts of ``s["attn_lengths"][0]`` Imbalanced bits (the copier's own task; ``[BOS] s <\\n> <O:> s <EOS>``), its
     repeated-random pass on as many prompts of the same length over the copy vocabulary (BOS, r, r). Writes
-    ``copy_atlas.csv`` (the atlas table, one row per head, with the copy prompts' exact match) and
-    ``copy_atlas_grid.{html,png}`` (the role grid); returns the table."""
-    from interp.experiments.atlas import AtlasConfig, run_atlas
+    ``copy_atlas.csv`` (the atlas table, one row per head, with the copy prompts' exact match), ``copy_atlas_roles.csv``
+    (per role: heads, threshold, chance, attainable share; ``role_summary``) and ``copy_atlas_grid.{html,png}`` (the
+    role grid); returns the table."""
+    from interp.experiments.atlas import AtlasConfig, role_summary, run_atlas
     from interp.report.atlas_page import role_grid
 
     n = s["attn_lengths"][0]
@@ -450,6 +451,7 @@ def copy_atlas(model: LabForCausalLM, vocab, s: dict, seed: int, out: Path) -> p
     res = run_atlas(loaded, AtlasConfig(prompts=len(strings), tokens=prompts.shape[1], seed=seed, inp=False), text_prompts=prompts)
     table = res.table.assign(exact_match=float(exact_match(model, vocab, strings).mean()), bits=n)
     table.to_csv(out / "copy_atlas.csv", index=False)
+    role_summary(table, res.attainable).to_csv(out / "copy_atlas_roles.csv", index=False)
     save_figure(role_grid(table).update_layout(title=f"2-layer RoPE copier: dominant role of every head ({n}-bit copy prompts)"),
                 out, "copy_atlas_grid")
     show = ["layer", "head", "roles", "prev_token_score", "duplicate_token_score", "induction_score", "rr_induction_score",

@@ -36,14 +36,15 @@ SCHEMA = {
     "ood_ratio.py": ["ood_ratio.csv", "ood_ratio_summary.csv"],
     "compare_zoo.py": ["compare_zoo.csv", "compare_zoo_summary.csv"],
     "frayed_rope.py": ["frayed_rope_summary.csv"],
-    "copy_2d_rope.py": ["copy.csv", "copy_summary.csv", "copy_loss.csv", "copy_attention.csv", "copy_atlas.csv"],
+    "copy_2d_rope.py": ["copy.csv", "copy_summary.csv", "copy_loss.csv", "copy_attention.csv", "copy_atlas.csv",
+                       "copy_atlas_roles.csv"],
     "ppc_scratchpad.py": ["ppc.csv", "ppc_summary.csv"],
     "head_atlas.py": ["atlas_summary.csv", "atlas_roles.csv", "atlas_cooccurrence.csv"],
 }
 NEEDS = {"band_ablation.py": "smollm2-135m", "ood_ratio.py": "smollm2-135m", "compare_zoo.py": "smollm2-135m"}
 # committed tables written by an older version of their script, with the command that regenerates them; the schema
 # test xfails on these (and fails once they match, so the entry must then go)
-PENDING_REGEN: dict[str, str] = {}
+PENDING_REGEN: dict[str, str] = {"atlas_roles.csv": "python analyses/head_atlas.py (gains the chance column of the role rules)"}
 
 
 @pytest.mark.parametrize("script", sorted(SCHEMA))

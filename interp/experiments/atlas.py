@@ -18,9 +18,11 @@ medium / low planes unrotated, counterfactual, from the same pass) and the atlas
 each band (``<score>_wo_high`` ...): which frequencies each head type needs.
 
 Roles (``ROLES``; a head may hold several): ``sdh`` (``is_sdh``, 004 Def. 3.1), ``sink`` (``has_sink``, Gu et al.),
-``previous_token``, ``duplicate_token``, ``induction``, ``echo`` (a score at least ``ROLE_SHARE`` = 0.4 of the share
-of queries that *can* attend such a key: the rule of ARENA's / TransformerLens' induction-head exercises, "mean
-attention on the target over the queries that have one > 0.4", rescaled to ``detect_head``'s mean over all queries),
+``previous_token``, ``duplicate_token``, ``induction``, ``echo`` (a score at least ``ROLE_SHARE`` = 0.4 of the way from
+``chance``, the score of a head attending uniformly over its causal keys, to the share of queries that *can* attend such
+a key, ``attainable``: the rule of ARENA's / TransformerLens' induction-head exercises, "mean attention on the target
+over the queries that have one > 0.4", rescaled to ``detect_head``'s mean over all queries and measured from chance,
+so that a small alphabet, where any head puts much attention on matching tokens, does not pass it),
 ``streaming`` (``is_streaming``: distant mass below ``ScanConfig.streaming_threshold``; DuoAttention), ``retrieval``
 (retrieval score > 0.1, Wu et al. 2024 Sec. 2). A head's ``role`` (its colour in the grid) is the first of its roles
 in ``ROLES`` order, most specific first; ``none`` if it has none.
@@ -44,6 +46,7 @@ from interp.measures.variants import variant_sink_weight, variant_token_scores
 from interp.rope import band_ablations
 
 ROLE_SHARE = 0.4  # ARENA / TransformerLens exercises: mean attention on the target over queries that have one > 0.4
+_FROM_CHANCE = f"chance + {ROLE_SHARE} x ("  # the token-matched rules: chance + ROLE_SHARE x (attainable - chance)
 RETRIEVAL_MIN = 0.1  # Wu et al. 2024 Sec. 2: heads with retrieval score > 0.1
 TOKEN_COLUMNS = ("prev_token_score", "duplicate_token_score", "induction_score")
 RR_COLUMNS = ("rr_prev_token_score", "rr_duplicate_token_score", "rr_induction_score", "rr_echo_score")
@@ -53,7 +56,7 @@ BANDS = ("wo_high", "wo_medium", "wo_low")
 @dataclass(frozen=True)
 class Role:
     """A head type: ``name``; ``column``, the atlas score it reads; ``flag``, an existing boolean column that decides it
-    (else ``column >= ROLE_SHARE * attainable[name]``, or ``> RETRIEVAL_MIN`` for retrieval); ``source``; ``rule``
+    (else ``column >= chance + ROLE_SHARE * (attainable - chance)``, or ``> RETRIEVAL_MIN`` for retrieval); ``source``; ``rule``
     (one line for the page and the CSV)."""
 
     name: str
@@ -66,13 +69,13 @@ class Role:
 ROLES: tuple[Role, ...] = (
     Role("retrieval", "retrieval_score", None, "Wu et al. 2024", f"retrieval_score > {RETRIEVAL_MIN} (needle copying, top-1 attention)"),
     Role("induction", "rr_induction_score", None, "Olsson et al. 2022; TransformerLens detect_head",
-         f"rr_induction_score >= {ROLE_SHARE} x share of queries with an earlier copy of their token"),
+         f"rr_induction_score >= {_FROM_CHANCE}share of queries with an earlier copy of their token - chance)"),
     Role("echo", "rr_echo_score", None, "RazorAttention (Tang et al. 2024) Sec. 3.3",
-         f"rr_echo_score >= {ROLE_SHARE} x share of queries in a later copy"),
+         f"rr_echo_score >= {_FROM_CHANCE}share of queries in a later copy - chance)"),
     Role("duplicate_token", "duplicate_token_score", None, "Wang et al. 2022 (IOI); TransformerLens detect_head",
-         f"duplicate_token_score (text) >= {ROLE_SHARE} x share of queries whose token occurred before"),
+         f"duplicate_token_score (text) >= {_FROM_CHANCE}share of queries whose token occurred before - chance)"),
     Role("previous_token", "prev_token_score", None, "TransformerLens detect_head",
-         f"prev_token_score (text) >= {ROLE_SHARE} x (pos - 1) / pos"),
+         f"prev_token_score (text) >= {_FROM_CHANCE}(pos - 1) / pos - chance)"),
     Role("sdh", "slash_score", "is_sdh", "paper 004 Def. 3.1", "is_sdh: average slash score >= kappa at a lag 0..4"),
     Role("streaming", "distant_mass", "is_streaming", "DuoAttention (Xiao et al. 2024); StreamingLLM",
          "is_streaming: distant mass (outside sink + local window) < streaming_threshold"),
@@ -110,7 +113,8 @@ class AtlasConfig:
 @dataclass
 class AtlasResult:
     """``table``: one row per head (``atlas_table``); ``text``, ``rr``: the two scans; ``retrieval``: the retrieval result
-    or None; ``attainable``: the shares the role thresholds scale with; ``seconds``: wall time per pass."""
+    or None; ``attainable``: the shares the role thresholds scale with (``thresholds``' keys, with their ``*_chance``
+    floors); ``seconds``: wall time per pass."""
 
     table: pd.DataFrame
     text: ScanResult
@@ -146,6 +150,40 @@ def attainable(prompts: Sequence[torch.Tensor]) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
+def chance(prompts: Sequence[torch.Tensor], chunk: int = 1024) -> dict[str, float]:
+    """Mean over prompts of the score of a head that attends uniformly over its causal keys (``A[i, j] = 1 / (i + 1)``),
+    per token-matched pattern (same keys as ``attainable``): ``(1 / pos) sum_i |{j <= i: D[i, j]}| / (i + 1)`` with the
+    detection patterns ``D`` of TransformerLens' ``detect_head`` (``interp.attention.token_match_masks``) and
+    RazorAttention's echo pairs (``interp.measures.echo.echo_pairs``; 0 for a prompt without a period).
+
+    The floor a score reaches without looking for its pattern: on text from a large vocabulary it is small
+    (previous-token ``H_pos / pos``, duplicate-token a few percent), on a small alphabet it is not (a two-letter
+    alphabet gives a duplicate-token score near 0.5 to a uniform head). ``thresholds`` measures ``ROLE_SHARE`` from it.
+
+    Args:
+        prompts: ``[pos]`` token tensors (or a ``[prompt, pos]`` tensor).
+        chunk: queries per block of the ``[3, chunk, pos]`` masks (memory only).
+    """
+    from interp.attention import token_match_masks
+    from interp.measures.echo import echo_pairs
+
+    out = {"previous_token": [], "duplicate_token": [], "induction": [], "echo": []}
+    for p in prompts:
+        t = p.reshape(-1)
+        N = t.numel()
+        keys = torch.zeros(3, N, dtype=torch.float64)
+        for i0 in range(0, N, chunk):
+            i1 = min(N, i0 + chunk)
+            keys[:, i0:i1] = token_match_masks(t, i0, i1).sum(-1).double()
+        w = 1.0 / torch.arange(1, N + 1, dtype=torch.float64)  # uniform weight of one key for query i
+        prev, dup, ind = ((keys * w).sum(-1) / N).tolist()
+        per = period(p)
+        echo = float((w[echo_pairs(N, *per)[0]]).sum() / N) if per else 0.0
+        for k, v in zip(out, (prev, dup, ind, echo)):
+            out[k].append(v)
+    return {k: float(np.mean(v)) for k, v in out.items()}
+
+
 def atlas_config(cfg: AtlasConfig, variants: tuple = ()) -> tuple[ScanConfig, ScanConfig]:
     """The ``ScanConfig`` of the text pass and of the repeated-random pass."""
     text = replace(cfg.scan, token_match=True, shape=True, heavy_hitters=True, inp=cfg.inp or cfg.scan.inp, variants=variants)
@@ -172,12 +210,21 @@ def _band_columns(res: ScanResult, heads: pd.DataFrame, prefix: str, with_slash:
     return out
 
 
+SHARE_KEYS = {"previous_token": "previous_token", "duplicate_token": "duplicate_token", "induction": "rr_induction",
+              "echo": "rr_echo"}  # role -> its key in the shares (``rr_``: of the repeated-random prompts)
+
+
 def thresholds(shares: dict[str, float]) -> dict[str, float]:
-    """``{role: threshold}`` of the roles decided by a score (``ROLES`` without a ``flag``): ``ROLE_SHARE`` x the share
-    of queries that can attend such a key (``shares``: keys ``previous_token``, ``duplicate_token`` of the text prompts,
-    ``rr_induction``, ``rr_echo`` of the repeated-random prompts, from ``attainable``), and ``RETRIEVAL_MIN``."""
-    return {"previous_token": ROLE_SHARE * shares["previous_token"], "duplicate_token": ROLE_SHARE * shares["duplicate_token"],
-            "induction": ROLE_SHARE * shares["rr_induction"], "echo": ROLE_SHARE * shares["rr_echo"], "retrieval": RETRIEVAL_MIN}
+    """``{role: threshold}`` of the roles decided by a score (``ROLES`` without a ``flag``): ``c + ROLE_SHARE (a - c)``
+    with ``a`` the share of queries that can attend such a key and ``c`` the score of uniform attention (``shares``:
+    keys ``previous_token``, ``duplicate_token`` of the text prompts, ``rr_induction``, ``rr_echo`` of the
+    repeated-random prompts, from ``attainable``, and the same keys + ``_chance`` from ``chance``; a missing ``_chance``
+    is 0, the uncorrected rule), and ``RETRIEVAL_MIN``."""
+    out = {}
+    for role, key in SHARE_KEYS.items():
+        c = shares.get(f"{key}_chance", 0.0)
+        out[role] = c + ROLE_SHARE * (shares[key] - c)
+    return {**out, "retrieval": RETRIEVAL_MIN}
 
 
 def atlas_table(text: ScanResult, rr: ScanResult, shares: dict[str, float], retrieval: pd.DataFrame | None = None,
@@ -228,8 +275,9 @@ def atlas_table(text: ScanResult, rr: ScanResult, shares: dict[str, float], retr
 def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
     """Per role: ``heads`` (count), ``share`` of all heads, ``dominant`` (heads whose grid colour it is), the median r1 of
     queries and keys of its heads (``r1_q``, ``r1_k``; 004 eq. 7) against the other heads (``r1_q_rest``...), the median
-    number of active InP planes per band (``inp_active_high`` ...; 004 eq. 9) when the scan has InP, the ``threshold``
-    and ``rule`` and ``source``."""
+    number of active InP planes per band (``inp_active_high`` ...; 004 eq. 9) when the scan has InP, the ``threshold``,
+    the ``chance`` score it is measured from and the ``attainable`` share it scales to (token-matched roles;
+    ``thresholds``), ``rule`` and ``source``."""
     rows = []
     limits = thresholds(shares)
     for r in ROLES:
@@ -239,7 +287,9 @@ def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
             if c in table and table[c].notna().any():
                 row[c] = float(np.nanmedian(table.loc[on, c])) if on.any() else np.nan
                 row[f"{c}_rest"] = float(np.nanmedian(table.loc[~on, c])) if (~on).any() else np.nan
-        row.update(threshold=limits.get(r.name, np.nan), score=r.column, rule=r.rule, source=r.source)
+        key = SHARE_KEYS.get(r.name)
+        row.update(threshold=limits.get(r.name, np.nan), chance=shares.get(f"{key}_chance", np.nan) if key else np.nan,
+                   attainable=shares[key] if key else np.nan, score=r.column, rule=r.rule, source=r.source)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -343,7 +393,10 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
         ret = run_retrieval(model, cfg.retrieval, progress=progress, log=log)
         seconds["retrieval"] = time.perf_counter() - t0
     a_text, a_rr = attainable(list(text_p)), attainable(list(rr_p))
+    c_text, c_rr = chance(list(text_p)), chance(list(rr_p))
     shares = {"previous_token": a_text["previous_token"], "duplicate_token": a_text["duplicate_token"],
-              "rr_induction": a_rr["induction"], "rr_echo": a_rr["echo"]}
+              "rr_induction": a_rr["induction"], "rr_echo": a_rr["echo"],
+              "previous_token_chance": c_text["previous_token"], "duplicate_token_chance": c_text["duplicate_token"],
+              "rr_induction_chance": c_rr["induction"], "rr_echo_chance": c_rr["echo"]}
     table = atlas_table(text, rr, shares, ret.heads if ret is not None else retrieval_heads)
     return AtlasResult(table, text, rr, ret, shares, seconds, cfg)

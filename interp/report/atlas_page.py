@@ -118,9 +118,9 @@ def render_atlas(res: AtlasResult, report_link: str | None = "report.html") -> s
              html_kit.figure(role_grid(t), "atlas-grid"),
              "<h2>Roles: rules, counts, r1 and band use</h2>",
              '<p class="note">A head may hold several roles; "dominant" counts the heads whose grid colour the role is. '
-             "Thresholds that read a token-matched score are 0.4 of the share of queries that can attend such a key "
-             "(the rule of the TransformerLens / ARENA induction-head exercises, rescaled to detect_head's mean over all "
-             "queries). Medians of r1 and of active InP planes per band: the role's heads against the rest.</p>",
+             "Thresholds that read a token-matched score lie 0.4 of the way from chance (a head attending uniformly over "
+             "its causal keys) to the share of queries that can attend such a key (the rule of the TransformerLens / "
+             "ARENA induction-head exercises, rescaled to detect_head's mean over all queries). Medians of r1 and of active InP planes per band: the role's heads against the rest.</p>",
              '<div class="scroll">' + html_kit.table(summary) + "</div>",
              html_kit.figure(score_histograms(t, summary), "atlas-hist"),
              "<h2>Role co-occurrence (heads holding both roles; diagonal: heads with the role)</h2>",

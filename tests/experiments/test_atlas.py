@@ -10,7 +10,7 @@ import torch
 
 from interp.engine import ScanConfig
 from interp.experiments.atlas import (BANDS, ROLE_NAMES, ROLE_SHARE, RR_COLUMNS, AtlasConfig, atlas_table,
-                                      attainable, band_attribution, cooccurrence, role_summary, run_atlas)
+                                      attainable, band_attribution, chance, cooccurrence, role_summary, run_atlas)
 from interp.measures.token_match import COLUMNS
 from interp.report.atlas_page import render_atlas, write_atlas
 
@@ -29,6 +29,29 @@ def test_attainable_shares_closed_form():
     assert a["duplicate_token"] == a["induction"] == pytest.approx(20 / 41)  # the second copy's queries
     assert a["echo"] == pytest.approx(20 / 41)
     assert attainable([torch.arange(40)])["echo"] == 0.0  # no period: no echo key
+
+
+def test_chance_is_the_score_of_uniform_attention():
+    """``chance`` equals TransformerLens-style scores of a materialised uniform causal pattern (A[i, j] = 1 / (i + 1)),
+    computed here from the definition with explicit loops, on BOS, r, r and on a two-letter alphabet (where a uniform
+    head scores about 1/2 on duplicate tokens)."""
+    def by_hand(t):
+        N = len(t)
+        prev = sum(1 / (i + 1) for i in range(1, N)) / N
+        dup = sum(sum(t[j] == t[i] for j in range(i)) / (i + 1) for i in range(N)) / N
+        ind = sum(sum(t[j - 1] == t[i] for j in range(1, i + 1)) / (i + 1) for i in range(N)) / N
+        return prev, dup, ind
+
+    r = torch.arange(10, 30)
+    rr = torch.cat([torch.tensor([1]), r, r])
+    bits = torch.cat([torch.tensor([1]), torch.randint(2, 4, (59,), generator=torch.Generator().manual_seed(0))])
+    for p in (rr, bits):
+        c = chance([p], chunk=7)  # chunks that do not divide pos
+        assert (c["previous_token"], c["duplicate_token"], c["induction"]) == pytest.approx(by_hand(p.tolist()), rel=1e-12)
+    # echo pairs of BOS, r, r: query 21 + k sees its echo key 1 + k among 22 + k keys
+    assert chance([rr])["echo"] == pytest.approx(sum(1 / (22 + k) for k in range(20)) / 41, rel=1e-12)
+    assert chance([torch.arange(40)])["echo"] == 0.0
+    assert 0.4 < chance([bits])["duplicate_token"] < 0.6
 
 
 def test_table_joins_the_passes(atlas):
@@ -69,6 +92,11 @@ def test_roles_follow_their_rules():
     assert list(np.diag(co)) == [int(t[f"role_{n}"].sum()) for n in ROLE_NAMES]
     s = role_summary(t, shares)
     assert list(s["role"]) == list(ROLE_NAMES) and s.set_index("role").loc["previous_token", "threshold"] == pytest.approx(0.36)
+    # measured from chance: threshold = c + ROLE_SHARE (a - c); the head just above 0.36 no longer passes at c = 0.1
+    t2 = atlas_table(Fake(text), Fake(rrh), {**shares, "previous_token_chance": 0.1})
+    assert list(t2["role_previous_token"]) == [False, False, False, False]
+    s2 = role_summary(t2, {**shares, "previous_token_chance": 0.1}).set_index("role")
+    assert s2.loc["previous_token", "threshold"] == pytest.approx(0.1 + ROLE_SHARE * 0.8) and s2.loc["previous_token", "chance"] == 0.1
 
 
 def test_band_attribution_is_the_median_over_the_roles_heads(atlas):
