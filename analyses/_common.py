@@ -118,11 +118,31 @@ def track_outputs(out: Path, script: str, args: list[str]) -> None:
     atexit.register(record_provenance, Path(out), time.time(), script, list(args))
 
 
+_SOURCES: dict[str, list[dict]] = {}  # table name -> provenance of the run folders it was merged from (merge_sources)
+
+
+def merge_sources(names: list[str], dirs: list[Path]) -> None:
+    """Note that this process writes the tables ``names`` by joining the tables of the same names in the run folders
+    ``dirs`` (e.g. ``copy_2d_rope.py --merge-from``): their entries gain ``sources``, one per folder and table, the
+    folder's own ``provenance.json`` entry (its command, seed, date, commit, machine) with ``folder``, or only
+    ``folder`` and ``command: null`` for a run written before provenance was recorded."""
+    for name in names:
+        rows = []
+        for d in dirs:
+            if not (Path(d) / name).exists():
+                continue
+            prov = Path(d) / PROVENANCE
+            known = json.loads(prov.read_text()).get(name) if prov.exists() else None
+            rows.append({"folder": str(d), **(known or {"command": None})})
+        _SOURCES[name] = rows
+
+
 def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dict:
     """Write one entry per ``*.csv`` in ``out`` modified since ``t0`` (epoch seconds) into ``out/provenance.json``,
     keeping the entries of other tables: ``script`` (relative to the repository), ``command`` (the line that reruns it),
     ``date`` (UTC, ISO 8601), ``seconds`` (the run's wall time), ``commit`` (``git`` HEAD, ``+dirty`` with uncommitted
-    changes), ``machine`` (OS, CPUs, torch, GPU). Returns the new entries; nothing happens if ``out`` is gone."""
+    changes), ``machine`` (OS, CPUs, torch, GPU), and ``sources`` for a table joined from run folders
+    (:func:`merge_sources`). Returns the new entries; nothing happens if ``out`` is gone."""
     out = Path(out)
     if not out.is_dir():
         return {}
@@ -136,9 +156,10 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
              "commit": _commit(), "machine": _machine()}
     file = out / PROVENANCE
     table = json.loads(file.read_text()) if file.exists() else {}
-    table.update({n: entry for n in names})
+    new = {n: {**entry, "sources": _SOURCES[n]} if n in _SOURCES else entry for n in names}
+    table.update(new)
     file.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
-    return {n: entry for n in names}
+    return new
 
 
 def _commit() -> str:

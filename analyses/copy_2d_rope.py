@@ -59,7 +59,7 @@ import torch
 from plotly.subplots import make_subplots
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import one_thread, parser, replace_rows, save_figure  # noqa: E402
+from _common import merge_sources, one_thread, parser, replace_rows, save_figure  # noqa: E402
 from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, save_lab, train_model  # noqa: E402
 from interp.lab.copy_attention import copy_attention_table  # noqa: E402
 from interp.lab.copy_task import (DISTRIBUTIONS, LengthCurriculum, copy_vocab, encode_batch, exact_match,  # noqa: E402
@@ -398,6 +398,7 @@ def merge_runs(dirs: list[Path], out: Path, train_hi: int) -> pd.DataFrame:
     missing = [str(d) for d in dirs if not (d / "copy.csv").exists()]
     if missing:
         raise SystemExit(f"--merge-from: no copy.csv in {missing}; give the --out folders of finished runs")
+    merge_sources(["copy.csv", "copy_loss.csv"], dirs)  # provenance.json keeps each run's own command and seed
     df = pd.concat([pd.read_csv(d / "copy.csv") for d in dirs], ignore_index=True)
     curves = pd.concat([pd.read_csv(d / "copy_loss.csv") for d in dirs if (d / "copy_loss.csv").exists()], ignore_index=True)
     out.mkdir(parents=True, exist_ok=True)

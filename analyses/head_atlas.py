@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         save_figure(role_grid(table).update_layout(title=f"{name}: dominant role of every head"), args.out, f"atlas_grid_{name}")
         print(f"{name}: " + ", ".join(f"{n} {summary[-1][n]}" for n in ROLE_NAMES) + f"; {res.seconds}", flush=True)
     ran = [s["model"] for s in summary]
-    write_merged(pd.concat(roles), args.out / "atlas_roles.csv", ran, float_format="%.4g")
+    write_merged(pd.concat(roles), args.out / "atlas_roles.csv", ran, float_format="%.6g")
     write_merged(pd.concat(co), args.out / "atlas_cooccurrence.csv", ran)
-    a = write_merged(pd.concat(attr), args.out / "atlas_ablation.csv", ran, float_format="%.4g")
+    a = write_merged(pd.concat(attr), args.out / "atlas_ablation.csv", ran, float_format="%.6g")
     if len(a):
         save_figure(ablation_figure(a), args.out, "atlas_ablation")
     return write_merged(pd.DataFrame(summary), args.out / "atlas_summary.csv", ran)

@@ -51,3 +51,28 @@ def test_a_script_run_records_its_tables(tmp_path):
     prov = json.loads((tmp_path / common.PROVENANCE).read_text())
     assert set(prov) == {p.name for p in tmp_path.glob("*.csv")} and prov
     assert all(e["command"] == f"python analyses/embedding_cone.py --quick --out {tmp_path}" for e in prov.values())
+
+
+def test_a_merged_table_keeps_the_provenance_of_its_runs(tmp_path):
+    """``merge_sources``: a table joined from run folders lists, under ``sources``, each folder's own entry (its
+    command and seed), and a folder without provenance as ``command: null``."""
+    runs = []
+    for k, seed in enumerate((0, 1)):
+        d = tmp_path / f"run{k}"
+        d.mkdir()
+        (d / "copy.csv").write_text("a\n1\n")
+        if seed == 0:
+            (d / common.PROVENANCE).write_text(json.dumps({"copy.csv": {"command": "python analyses/copy_2d_rope.py --seed 0"}}))
+        runs.append(d)
+    out = tmp_path / "out"
+    out.mkdir()
+    t0 = time.time() - 1
+    common.merge_sources(["copy.csv", "copy_loss.csv"], runs)
+    try:
+        (out / "copy.csv").write_text("a\n1\n1\n")
+        e = common.record_provenance(out, t0, str(ROOT / "analyses" / "copy_2d_rope.py"), ["--merge-from", *map(str, runs)])["copy.csv"]
+    finally:
+        common._SOURCES.clear()
+    assert e["command"].startswith("python analyses/copy_2d_rope.py --merge-from")
+    assert e["sources"] == [{"folder": str(runs[0]), "command": "python analyses/copy_2d_rope.py --seed 0"},
+                            {"folder": str(runs[1]), "command": None}]
