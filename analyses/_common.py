@@ -141,7 +141,7 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
     """Write one entry per ``*.csv`` in ``out`` modified since ``t0`` (epoch seconds) into ``out/provenance.json``,
     keeping the entries of other tables: ``script`` (relative to the repository), ``command`` (the line that reruns it),
     ``date`` (UTC, ISO 8601), ``seconds`` (the run's wall time), ``commit`` (``git`` HEAD, ``+dirty`` with uncommitted
-    changes), ``machine`` (OS, CPUs, torch, GPU), and ``sources`` for a table joined from run folders
+    changes outside ``out``: a run's own tables do not count), ``machine`` (OS, CPUs, torch, GPU), and ``sources`` for a table joined from run folders
     (:func:`merge_sources`). Returns the new entries; nothing happens if ``out`` is gone."""
     out = Path(out)
     if not out.is_dir():
@@ -153,7 +153,7 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
     rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(script)
     entry = {"script": rel, "command": shlex.join(["python", rel, *args]),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": round(time.time() - t0, 1),
-             "commit": _commit(), "machine": _machine()}
+             "commit": _commit(out), "machine": _machine()}
     file = out / PROVENANCE
     table = json.loads(file.read_text()) if file.exists() else {}
     new = {n: {**entry, "sources": _SOURCES[n]} if n in _SOURCES else entry for n in names}
@@ -162,12 +162,16 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
     return new
 
 
-def _commit() -> str:
+def _commit(out: Path | None = None) -> str:
+    """``git`` HEAD, ``+dirty`` when tracked files other than those in ``out`` (the run's own tables) differ from it."""
+    skip = []
+    if out is not None and Path(out).resolve().is_relative_to(ROOT):
+        skip = [f":(exclude){Path(out).resolve().relative_to(ROOT).as_posix()}"]
     try:
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                               timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", *skip],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head + ("+dirty" if dirty else "")) if head else "unknown"

@@ -52,7 +52,8 @@ def write_merged(df: pd.DataFrame, path: Path, models: list[str], **to_csv) -> p
     """Write ``df`` to ``path``, keeping the rows of other models already there (a run of some models updates theirs)."""
     if path.exists():
         old = pd.read_csv(path)
-        df = pd.concat([old[~old["model"].isin(models)], df], ignore_index=True)
+        cols = list(df.columns) + [c for c in old.columns if c not in df.columns]  # this run's column order
+        df = pd.concat([old[~old["model"].isin(models)], df], ignore_index=True)[cols]
     df.to_csv(path, index=False, **to_csv)
     return df
 

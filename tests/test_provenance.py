@@ -76,3 +76,13 @@ def test_a_merged_table_keeps_the_provenance_of_its_runs(tmp_path):
     assert e["command"].startswith("python analyses/copy_2d_rope.py --merge-from")
     assert e["sources"] == [{"folder": str(runs[0]), "command": "python analyses/copy_2d_rope.py --seed 0"},
                             {"folder": str(runs[1]), "command": None}]
+
+
+def test_a_runs_own_tables_do_not_make_its_commit_dirty():
+    """``_commit(out)`` ignores changes inside ``out`` (the tables the run just wrote into ``figures/``), but not
+    elsewhere: checked against ``git status`` of this checkout."""
+    status = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                            text=True).stdout.splitlines()
+    outside = [s for s in status if not s[3:].startswith("figures/")]
+    assert common._commit(FIG).endswith("+dirty") == bool(outside)
+    assert common._commit().endswith("+dirty") == bool(status)
