@@ -13,9 +13,9 @@ model, length and measurement; also Davies-Bouldin and key norms, ``EXTRA``).
     python analyses/frayed_rope.py [--models ...] [--lengths 512,1024,...] [--prompts 2] [--load smollm2-135m=DIR] [--quick]
 
 The committed table (``figures/provenance.json`` has the exact command): SmolLM2 from the saved sweep of
-``interp sweep smollm2-135m --lengths 512,1024,2048,4096,8192,16384 --prompts 2 --beyond-context --out out/sweep``
-(2x its context), Gemma-3 and Qwen2.5 swept by this script at ``--lengths 512,1024,2048,4096`` (inside their 32k
-contexts; CPU time):
+``interp sweep smollm2-135m --lengths 512,1024,2048,4096,8192,16384 --prompts 2 --beyond-context --cluster-points 1000
+--out out/sweep`` (2x its context; 500 + 500 points for the cluster scores, as this script's sweeps), Gemma-3 and
+Qwen2.5 swept by this script at ``--lengths 512,1024,2048,4096`` (inside their 32k contexts; CPU time):
 
     python analyses/frayed_rope.py --load smollm2-135m=out/sweep --lengths 512,1024,2048,4096
 """

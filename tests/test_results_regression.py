@@ -200,3 +200,15 @@ def test_variable_assignment_ppc_seed_0_lands_in_the_seed_spread():
     assert (summ["n"] >= 3).all() and set(got.index) == set(summ.index)
     tol = 3 * summ["std"] + 1 / 64
     assert ((got - summ["mean"]).abs() <= tol).all(), pd.DataFrame({"got": got, "mean": summ["mean"], "tol": tol})
+
+
+def test_sweep_extra_rows_equal_the_separate_cluster_and_key_norm_tables():
+    """frayed_rope_summary.csv's Davies-Bouldin and key-norm rows (the geometry measure inside a length sweep) equal
+    cluster_length.csv and key_norm_length.csv (the same prompts' clouds and keys from one forward per prompt, computed
+    by other code) at every length: to 1e-4, the 4-decimal rounding of the two side tables."""
+    sweep = pd.read_csv(FIG / "frayed_rope_summary.csv")
+    for name, prefix in (("cluster_length.csv", "davies_bouldin"), ("key_norm_length.csv", "key_norm")):
+        side = pd.read_csv(FIG / name)
+        m = sweep[sweep["measure"].str.startswith(prefix)].merge(side, on=["model", "length", "measure"], suffixes=("", "_side"))
+        assert len(m) == len(side[side["measure"].str.startswith(prefix)]) >= 12, name
+        np.testing.assert_allclose(m["median"], m["median_side"], atol=1e-4, err_msg=name)
