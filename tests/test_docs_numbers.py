@@ -47,7 +47,7 @@ def test_catches_the_issue_21_mismatches():
 
     (A bound such as the old ">= 0.998", or a range whose ends are cells but not the extremes ("1.13-3.2"), is not caught when another cell happens to print as 0.998: bounds and
     ranges over many cells are written as {{ num(..., "min") }} / {{ rng(...) }} templates instead.)"""
-    assert dn.unbacked("Qwen keys pre 1.26 -> 1.22", ["frayed_rope_summary.csv"], root=ROOT) == ["1.26"]
+    assert dn.unbacked("Qwen keys pre 1.26 -> 1.22", ["frayed_rope_summary.csv:median"], root=ROOT) == ["1.26"]
     assert dn.unbacked("gain 0.101 vs 0.102 nats", ["loo_summary.csv:mean_gain_all"], root=ROOT) == ["0.102"]
     assert dn.unbacked("mean score 0.78-0.999", ["dyck_counting.csv:score"], root=ROOT) == ["0.78"]
 
