@@ -3,8 +3,9 @@ retrieval), where the roles sit, how they co-occur, their r1 and InP band use, a
 
 For each model: ``interp.experiments.atlas.run_atlas`` with ``--prompts`` x ``--tokens`` pydoc tokens for the text
 pass and as many repeated-random prompts (BOS, r, r), with the three band ablations of 004 (``ablate``, six planes
-per band). The retrieval scores are joined from the committed ``retrieval_heads_<model>.csv`` (``analyses/
-retrieval_heads.py``: Wu et al.'s needle-in-a-haystack decoding on the same pydoc haystack), not rerun here.
+per band) and 200 bootstrap resamples of the prompts for each head's role support (``--support``; ``role_support``).
+The retrieval scores are joined from the committed ``retrieval_heads_<model>.csv`` (``analyses/retrieval_heads.py``:
+Wu et al.'s needle-in-a-haystack decoding on the same pydoc haystack), not rerun here.
 
 Writes ``atlas_<model>.csv`` (the atlas table), ``atlas_roles.csv`` (per model and role: heads, share, medians of
 r1 and active InP planes per band against the other heads, thresholds), ``atlas_cooccurrence.csv`` (model, role x
@@ -62,17 +63,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 2 prompts x 48 tokens")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--support", type=int, default=200, help="bootstrap resamples of the prompts for each head's role support "
+                    "(support_<role> in atlas_<model>.csv; quick: 10)")
     args = ap.parse_args(argv)
     n_remove = 6
     if args.quick:
-        args.models, args.prompts, args.tokens, n_remove = ["tiny-llama"], 2, 48, 2
+        args.models, args.prompts, args.tokens, n_remove, args.support = ["tiny-llama"], 2, 48, 2, 10
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     roles, co, attr, summary = [], [], [], []
     for name in installed(args.models):
         model = interp.load_model(name, device="cpu")
         ret = retrieval_scores(name)
-        res = run_atlas(model, AtlasConfig(prompts=args.prompts, tokens=args.tokens, ablate=True, n_remove=n_remove),
+        res = run_atlas(model, AtlasConfig(prompts=args.prompts, tokens=args.tokens, ablate=True, n_remove=n_remove,
+                                                support=args.support),
                         retrieval_heads=ret)
         table = res.table
         table.to_csv(args.out / f"atlas_{name}.csv", index=False, float_format="%.6g")

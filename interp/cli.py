@@ -266,6 +266,8 @@ def atlas(
     device: str = DEVICE,
     dtype: str = DTYPE,
     engine: str = ENGINE,
+    support: int = typer.Option(0, help="bootstrap resamples of the prompts for each head's role support (support_<role> "
+                                 "columns: the share of resamples in which the head holds the role); 0: off"),
     top: int = typer.Option(8, help="heads shown per role"),
 ) -> None:
     """Head atlas: what every head does. Runs a text pass and a repeated-random pass of the same size (and with --retrieval
@@ -301,7 +303,8 @@ def atlas(
 
     try:
         cfg = AtlasConfig(corpus=corpus, prompts=prompts, tokens=tokens, seed=seed, repeats=repeats, ablate=ablate,
-                          n_remove=n_remove, inp=inp, scan=ScanConfig(block_size=block_size), retrieval=ret_cfg)
+                          n_remove=n_remove, inp=inp, scan=ScanConfig(block_size=block_size), retrieval=ret_cfg,
+                          support=support)
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype)
         res = run_atlas(m, cfg, progress=True, engine=engine, log=lambda s: console.print(escape(s), soft_wrap=True))

@@ -40,7 +40,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.engine import ScanConfig, ScanResult, scan
+from interp.engine import ScanConfig, ScanResult, merge_results, scan
+from interp.measures.state import State
 from interp.measures.echo import period
 from interp.measures.variants import variant_sink_weight, variant_token_scores
 from interp.rope import band_ablations
@@ -96,6 +97,9 @@ class AtlasConfig:
         inp: the per-plane InP in the text pass (role against band use; ~+50% time).
         scan: base ``ScanConfig`` (block size, thresholds); the atlas switches its measures on.
         retrieval: a ``RetrievalConfig`` to also run the retrieval pass, or None.
+        support: bootstrap resamples of the prompts (each pass resampled with replacement) for each head's role
+            support, ``support_<role>`` in the table (``role_support``); 0: off. The passes then scan one prompt at a
+            time (same sums, ``merge_results``) so that each prompt's state can be reweighted.
     """
 
     corpus: str = "pydoc"
@@ -108,6 +112,7 @@ class AtlasConfig:
     inp: bool = True
     scan: ScanConfig = field(default_factory=ScanConfig)
     retrieval: object | None = None
+    support: int = 0
 
 
 @dataclass
@@ -277,7 +282,8 @@ def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
     queries and keys of its heads (``r1_q``, ``r1_k``; 004 eq. 7) against the other heads (``r1_q_rest``...), the median
     number of active InP planes per band (``inp_active_high`` ...; 004 eq. 9) when the scan has InP, the ``threshold``,
     the ``chance`` score it is measured from and the ``attainable`` share it scales to (token-matched roles;
-    ``thresholds``), ``rule`` and ``source``."""
+    ``thresholds``), ``rule`` and ``source``; with ``role_support`` columns, the median and least support of its heads
+    (``support_median``, ``support_min``)."""
     rows = []
     limits = thresholds(shares)
     for r in ROLES:
@@ -287,6 +293,9 @@ def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
             if c in table and table[c].notna().any():
                 row[c] = float(np.nanmedian(table.loc[on, c])) if on.any() else np.nan
                 row[f"{c}_rest"] = float(np.nanmedian(table.loc[~on, c])) if (~on).any() else np.nan
+        if f"support_{r.name}" in table and on.any():  # role_support: how firm the role's labels are over prompt resamples
+            row.update(support_median=float(table.loc[on, f"support_{r.name}"].median()),
+                       support_min=float(table.loc[on, f"support_{r.name}"].min()))
         key = SHARE_KEYS.get(r.name)
         row.update(threshold=limits.get(r.name, np.nan), chance=shares.get(f"{key}_chance", np.nan) if key else np.nan,
                    attainable=shares[key] if key else np.nan, score=r.column, rule=r.rule, source=r.source)
@@ -327,6 +336,81 @@ def band_attribution(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def shares_of(a_text: dict, a_rr: dict, c_text: dict, c_rr: dict) -> dict[str, float]:
+    """The ``shares`` of ``thresholds`` / ``atlas_table`` from ``attainable`` and ``chance`` of the text prompts and of the
+    repeated-random prompts."""
+    return {"previous_token": a_text["previous_token"], "duplicate_token": a_text["duplicate_token"],
+            "rr_induction": a_rr["induction"], "rr_echo": a_rr["echo"],
+            "previous_token_chance": c_text["previous_token"], "duplicate_token_chance": c_text["duplicate_token"],
+            "rr_induction_chance": c_rr["induction"], "rr_echo_chance": c_rr["echo"]}
+
+
+def reweighted(parts: Sequence[ScanResult], weights: np.ndarray) -> ScanResult:
+    """The scan of the prompts of ``parts`` (one scan per prompt) with prompt ``i`` counted ``weights[i]`` times: every
+    state entry is a sum over prompts, so the weighted sum of the parts' states is that scan's state exactly (a bootstrap
+    resample when ``weights`` are multinomial counts).
+
+    Raises:
+        ValueError: ``weights`` not one non-negative integer per part, or all zero.
+    """
+    w = np.asarray(weights)
+    if w.shape != (len(parts),) or (w < 0).any() or w.sum() == 0 or not np.array_equal(w, np.round(w)):
+        raise ValueError(f"reweighted: need one non-negative integer weight per part ({len(parts)}), not all zero; got {w}")
+    state = None
+    for part, k in zip(parts, w):
+        if k:
+            scaled = State({name: v * float(k) for name, v in part.state.items()})
+            state = scaled if state is None else state + scaled
+    first = parts[0]
+    meta = {**first.meta, "prompts": int(w.sum()),
+            "tokens": [n for part, k in zip(parts, w) for n in part.meta.get("tokens", []) * int(k)]}
+    return ScanResult(first.card, first.config, state, meta)
+
+
+def role_support(text_parts: Sequence[ScanResult], rr_parts: Sequence[ScanResult], text_prompts: Sequence[torch.Tensor],
+                 rr_prompts: Sequence[torch.Tensor], resamples: int, seed: int = 0,
+                 retrieval: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each head's support for each role: the share of ``resamples`` bootstrap resamples of the prompts (text and
+    repeated-random prompts each drawn with replacement, ``reweighted``) in which ``atlas_table`` gives the head the
+    role, its thresholds recomputed from the resampled prompts (``attainable``, ``chance``). A label with support near 1
+    holds whichever prompts are drawn; near 0.5 it rests on the prompt sample (a score close to its threshold).
+    Retrieval scores, when given, are fixed (not resampled).
+
+    Args:
+        text_parts, rr_parts: one scan per prompt of each pass (same order as the prompts).
+        text_prompts, rr_prompts: ``[pos]`` token tensors of those prompts.
+
+    Returns:
+        DataFrame ``layer, head, support_<role>`` (one per ``ROLES``), in [0, 1].
+
+    Raises:
+        ValueError: ``resamples`` < 1, or parts and prompts of different counts.
+    """
+    if resamples < 1 or len(text_parts) != len(text_prompts) or len(rr_parts) != len(rr_prompts):
+        raise ValueError(f"role_support: need resamples >= 1 and one scan per prompt (got {resamples} resamples, "
+                         f"{len(text_parts)} / {len(text_prompts)} text and {len(rr_parts)} / {len(rr_prompts)} rr)")
+    rng = np.random.default_rng([seed, 7919])
+    per = {"a_text": [attainable([p]) for p in text_prompts], "c_text": [chance([p]) for p in text_prompts],
+           "a_rr": [attainable([p]) for p in rr_prompts], "c_rr": [chance([p]) for p in rr_prompts]}
+
+    def mean(dicts: list[dict], w: np.ndarray) -> dict:
+        return {k: float(np.average([d[k] for d in dicts], weights=w)) for k in dicts[0]}
+
+    hits, keys = None, None
+    for _ in range(resamples):
+        wt = rng.multinomial(len(text_parts), np.full(len(text_parts), 1 / len(text_parts)))
+        wr = rng.multinomial(len(rr_parts), np.full(len(rr_parts), 1 / len(rr_parts)))
+        shares = shares_of(mean(per["a_text"], wt), mean(per["a_rr"], wr), mean(per["c_text"], wt), mean(per["c_rr"], wr))
+        t = atlas_table(reweighted(text_parts, wt), reweighted(rr_parts, wr), shares, retrieval)
+        flags = t[[f"role_{n}" for n in ROLE_NAMES]].to_numpy(float)
+        hits = flags if hits is None else hits + flags
+        keys = t[["layer", "head"]]
+    out = keys.reset_index(drop=True).copy()
+    for k, n in enumerate(ROLE_NAMES):
+        out[f"support_{n}"] = hits[:, k] / resamples
+    return out
+
+
 TEXT_CORPORA = ("pydoc", "stdlib")
 
 
@@ -355,11 +439,15 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
         AtlasResult (its ``table`` is what ``interp atlas`` writes as ``atlas.csv``).
 
     Raises:
-        ConfigError: a random corpus for the text pass, or a bad scan / retrieval setting. PromptError: prompts too long.
+        ConfigError: a random corpus for the text pass, a negative ``support``, or a bad scan / retrieval setting.
+        PromptError: prompts too long.
         ValueError: ``text_prompts`` not a ``[prompt, pos]`` int64 tensor.
     """
     from interp import corpus as corpus_mod
+    from interp.errors import ConfigError
 
+    if cfg.support < 0:
+        raise ConfigError(f"--support: bootstrap resamples must be 0 (off) or more, got {cfg.support}")
     if text_prompts is None:
         check_text_corpus(cfg.corpus)
     else:
@@ -376,13 +464,13 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
     else:
         text_p, source = text_prompts, "given"
     log(f"text pass: {text_p.shape[0]} x {text_p.shape[1]} {source} tokens")
-    text = scan(model, text_p, text_cfg, progress=progress, meta={"corpus": source, "seed": cfg.seed}, engine=engine)
+    text, text_parts = _scan_pass(model, text_p, text_cfg, {"corpus": source, "seed": cfg.seed}, cfg.support, progress, engine)
     seconds["text"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     rr_p = corpus_mod.prompts(model, "repeated-random", cfg.prompts, cfg.tokens, cfg.seed, repeats=cfg.repeats)
     log(f"repeated-random pass: {cfg.prompts} x {cfg.tokens} tokens, {cfg.repeats} copies")
-    rr = scan(model, rr_p, rr_cfg, progress=progress, meta={"corpus": "repeated-random", "seed": cfg.seed, "repeats": cfg.repeats},
-              engine=engine)
+    rr, rr_parts = _scan_pass(model, rr_p, rr_cfg, {"corpus": "repeated-random", "seed": cfg.seed, "repeats": cfg.repeats},
+                              cfg.support, progress, engine)
     seconds["repeated_random"] = time.perf_counter() - t0
     ret = None
     if cfg.retrieval is not None:
@@ -392,11 +480,22 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
         log("retrieval pass: needle-in-a-haystack decoding")
         ret = run_retrieval(model, cfg.retrieval, progress=progress, log=log)
         seconds["retrieval"] = time.perf_counter() - t0
-    a_text, a_rr = attainable(list(text_p)), attainable(list(rr_p))
-    c_text, c_rr = chance(list(text_p)), chance(list(rr_p))
-    shares = {"previous_token": a_text["previous_token"], "duplicate_token": a_text["duplicate_token"],
-              "rr_induction": a_rr["induction"], "rr_echo": a_rr["echo"],
-              "previous_token_chance": c_text["previous_token"], "duplicate_token_chance": c_text["duplicate_token"],
-              "rr_induction_chance": c_rr["induction"], "rr_echo_chance": c_rr["echo"]}
-    table = atlas_table(text, rr, shares, ret.heads if ret is not None else retrieval_heads)
+    shares = shares_of(attainable(list(text_p)), attainable(list(rr_p)), chance(list(text_p)), chance(list(rr_p)))
+    joined = ret.heads if ret is not None else retrieval_heads
+    table = atlas_table(text, rr, shares, joined)
+    if cfg.support:
+        t0 = time.perf_counter()
+        log(f"role support: {cfg.support} bootstrap resamples of the prompts")
+        sup = role_support(text_parts, rr_parts, list(text_p), list(rr_p), cfg.support, cfg.seed, joined)
+        table = table.merge(sup, on=["layer", "head"], how="left")
+        seconds["support"] = time.perf_counter() - t0
     return AtlasResult(table, text, rr, ret, shares, seconds, cfg)
+
+
+def _scan_pass(model, prompts, cfg: ScanConfig, meta: dict, support: int, progress: bool,
+               engine: str) -> tuple[ScanResult, list[ScanResult] | None]:
+    """One pass: a single scan, or with ``support`` one scan per prompt (for ``role_support``) and their merge."""
+    if not support:
+        return scan(model, prompts, cfg, progress=progress, meta=meta, engine=engine), None
+    parts = [scan(model, prompts[i:i + 1], cfg, meta=meta, prompt_ids=[i], engine=engine) for i in range(len(prompts))]
+    return merge_results(parts), parts

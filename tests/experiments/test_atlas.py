@@ -3,13 +3,15 @@ rules, its co-occurrence and band attribution are the counts and medians they cl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from interp.engine import ScanConfig
-from interp.experiments.atlas import (BANDS, ROLE_NAMES, ROLE_SHARE, RR_COLUMNS, AtlasConfig, atlas_table,
+from interp.experiments.atlas import (BANDS, ROLE_NAMES, ROLE_SHARE, RR_COLUMNS, AtlasConfig, atlas_config, atlas_table,
                                       attainable, band_attribution, chance, cooccurrence, role_summary, run_atlas)
 from interp.measures.token_match import COLUMNS
 from interp.report.atlas_page import render_atlas, write_atlas
@@ -168,3 +170,62 @@ def test_retrieval_pass_joins_its_scores(tiny_llama):
     got = res.table.set_index(["layer", "head"])["retrieval_score"]
     pd.testing.assert_series_equal(got.sort_index(), want.sort_index(), check_names=False)
     assert list(res.table["role_retrieval"]) == list((res.table["retrieval_score"] > 0.1).fillna(False))
+
+
+SUPPORT_SCAN = ScanConfig(block_size=8, map_size=8, kappa=0.05)
+
+
+def test_reweighted_parts_are_the_scan_of_the_reweighted_prompts(tiny_llama):
+    """``reweighted`` with weights 1 is the merged scan; a prompt counted twice gives the same means as the prompt once
+    (every head column), since each state entry is a sum over prompts."""
+    from interp.engine import merge_results, scan
+    from interp.experiments.atlas import reweighted
+
+    p = tiny_llama_prompts(tiny_llama, 3)
+    parts = [scan(tiny_llama, p[i:i + 1], SUPPORT_SCAN, prompt_ids=[i]) for i in range(3)]
+    merged = merge_results(parts)
+    pd.testing.assert_frame_equal(reweighted(parts, np.ones(3, int)).heads, merged.heads)
+    pd.testing.assert_frame_equal(reweighted(parts, np.array([2, 0, 0])).heads, parts[0].heads)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        reweighted(parts, np.array([0.5, 1, 1]))
+
+
+def tiny_llama_prompts(model, n):
+    from interp import corpus
+
+    return corpus.prompts(model, "pydoc", n, 40, 0)
+
+
+def test_role_support_is_certain_when_every_prompt_is_the_same(tiny_llama):
+    """Three copies of one prompt per pass: every bootstrap resample is that prompt, so each head's support is exactly
+    1 for the roles the table gives it and 0 for the others."""
+    from interp import corpus
+    from interp.engine import scan
+    from interp.experiments.atlas import role_support
+
+    cfg = AtlasConfig(prompts=1, tokens=40, scan=SUPPORT_SCAN, inp=False)
+    one = run_atlas(tiny_llama, cfg)
+    text_cfg, rr_cfg = atlas_config(cfg)
+    tp = corpus.prompts(tiny_llama, "pydoc", 1, 40, 0).repeat(3, 1)
+    rp = corpus.prompts(tiny_llama, "repeated-random", 1, 40, 0, repeats=2).repeat(3, 1)
+    tparts = [scan(tiny_llama, tp[i:i + 1], text_cfg, prompt_ids=[i]) for i in range(3)]
+    rparts = [scan(tiny_llama, rp[i:i + 1], rr_cfg, prompt_ids=[i]) for i in range(3)]
+    sup = role_support(tparts, rparts, list(tp), list(rp), resamples=5)
+    for n in ROLE_NAMES:
+        np.testing.assert_array_equal(sup[f"support_{n}"].to_numpy(), one.table[f"role_{n}"].to_numpy(float), err_msg=n)
+
+
+def test_atlas_with_support_keeps_the_table_of_the_joint_scan(tiny_llama):
+    """With ``support`` the passes scan prompt by prompt; the merged scans give the same table as one joint scan (float32
+    forwards of one prompt against a batch, sums in another order: to float32 rounding), and every support is a share in [0, 1] that agrees with the role where it is 0 or 1
+    only if the role does."""
+    cfg = AtlasConfig(prompts=3, tokens=40, scan=SUPPORT_SCAN, inp=False)
+    joint = run_atlas(tiny_llama, cfg)
+    with_sup = run_atlas(tiny_llama, replace(cfg, support=20))
+    t, s = joint.table, with_sup.table
+    num = [c for c in t.columns if pd.api.types.is_float_dtype(t[c])]
+    np.testing.assert_allclose(s[num].to_numpy(float), t[num].to_numpy(float), rtol=1e-5, atol=1e-6)
+    assert list(s["roles"]) == list(t["roles"]) and "support" in with_sup.seconds
+    for n in ROLE_NAMES:
+        v = s[f"support_{n}"].to_numpy()
+        assert ((v >= 0) & (v <= 1)).all() and np.isclose(v * 20, np.round(v * 20)).all(), n
