@@ -293,9 +293,10 @@ def role_summary(table: pd.DataFrame, shares: dict[str, float]) -> pd.DataFrame:
             if c in table and table[c].notna().any():
                 row[c] = float(np.nanmedian(table.loc[on, c])) if on.any() else np.nan
                 row[f"{c}_rest"] = float(np.nanmedian(table.loc[~on, c])) if (~on).any() else np.nan
-        if f"support_{r.name}" in table and on.any():  # role_support: how firm the role's labels are over prompt resamples
-            row.update(support_median=float(table.loc[on, f"support_{r.name}"].median()),
-                       support_min=float(table.loc[on, f"support_{r.name}"].min()))
+        if f"support_{r.name}" in table:  # role_support: how firm the role's labels are over prompt resamples
+            sup = table.loc[on, f"support_{r.name}"]
+            row.update(support_median=float(sup.median()) if on.any() else np.nan,
+                       support_min=float(sup.min()) if on.any() else np.nan)
         key = SHARE_KEYS.get(r.name)
         row.update(threshold=limits.get(r.name, np.nan), chance=shares.get(f"{key}_chance", np.nan) if key else np.nan,
                    attainable=shares[key] if key else np.nan, score=r.column, rule=r.rule, source=r.source)
