@@ -89,6 +89,7 @@ FULL = dict(d_model=128, d_mlp=128, batch=32, train_hi=64, start_hi=8,
             attn_lengths=(32, 96), attn_strings=8)
 QUICK = dict(d_model=32, d_mlp=32, batch=8, train_hi=8, start_hi=4, bins=[(1, 8, 6), (12, 16, 4)], attn_lengths=(6,), attn_strings=2)
 ATLAS_PROMPTS = 16  # copy prompts of attn_lengths[0] Imbalanced bits in the atlas's text pass (and as many repeated-random)
+ATLAS_SUPPORT = 200  # bootstrap resamples of those prompts for each head's role support (interp.experiments.atlas.role_support)
 DASH = {"wide_long": "solid", "base": "dash"}  # line style per recipe (others dotted)
 COLORS = {"rope2d-1": "#d62728", "rope-1": "#1f77b4", "nope-1": "#7f7f7f", "alibi-1": "#ff7f0e",
           "rope-2": "#2ca02c", "nope-2": "#17becf", "alibi-2": "#9467bd"}
@@ -438,7 +439,8 @@ def copy_atlas(model: LabForCausalLM, vocab, s: dict, seed: int, out: Path) -> p
     """The head atlas (``interp.experiments.atlas.run_atlas``) of a copier: its text pass on ``ATLAS_PROMPTS`` copy
     prompts of ``s["attn_lengths"][0]`` Imbalanced bits (the copier's own task; ``[BOS] s <\\n> <O:> s <EOS>``), its
     repeated-random pass on as many prompts of the same length over the copy vocabulary (BOS, r, r). Writes
-    ``copy_atlas.csv`` (the atlas table, one row per head, with the copy prompts' exact match), ``copy_atlas_roles.csv``
+    ``copy_atlas.csv`` (the atlas table, one row per head, with the copy prompts' exact match and each role's support
+    over ``ATLAS_SUPPORT`` prompt resamples), ``copy_atlas_roles.csv``
     (per role: heads, threshold, chance, attainable share; ``role_summary``) and ``copy_atlas_grid.{html,png}`` (the
     role grid); returns the table."""
     from interp.experiments.atlas import AtlasConfig, role_summary, run_atlas
@@ -449,7 +451,8 @@ def copy_atlas(model: LabForCausalLM, vocab, s: dict, seed: int, out: Path) -> p
     strings = [sample_string("imbalanced", n, rng) for _ in range(ATLAS_PROMPTS)]
     prompts = encode_batch(vocab, strings)["input_ids"]
     loaded = lab_loaded(model, vocab, name="copy-rope-2")
-    res = run_atlas(loaded, AtlasConfig(prompts=len(strings), tokens=prompts.shape[1], seed=seed, inp=False), text_prompts=prompts)
+    res = run_atlas(loaded, AtlasConfig(prompts=len(strings), tokens=prompts.shape[1], seed=seed, inp=False, support=ATLAS_SUPPORT),
+                    text_prompts=prompts)
     table = res.table.assign(exact_match=float(exact_match(model, vocab, strings).mean()), bits=n)
     table.to_csv(out / "copy_atlas.csv", index=False)
     role_summary(table, res.attainable).to_csv(out / "copy_atlas_roles.csv", index=False)
