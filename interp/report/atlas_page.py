@@ -28,7 +28,8 @@ HOVER = ("slash_score", "slash_delta", "sink_weight", "prev_token_score", "dupli
 
 
 def role_grid(table: pd.DataFrame) -> go.Figure:
-    """Layer x head grid coloured by each head's ``role`` (``interp.experiments.atlas``), every score on hover."""
+    """Layer x head grid coloured by each head's ``role`` (``interp.experiments.atlas``), every score and, with
+    ``role_support`` columns, the support of the head's roles on hover."""
     names = list(ROLE_NAMES) + ["none"]
     idx = {n: i for i, n in enumerate(names)}
     L, H = int(table["layer"].max()) + 1, int(table["head"].max()) + 1
@@ -39,7 +40,10 @@ def role_grid(table: pd.DataFrame) -> go.Figure:
         d = r._asdict()
         z[r.layer, r.head] = idx[r.role]
         vals = "<br>".join(f"{c} = {html_kit.fmt(d[c])}" for c in cols)
-        text[r.layer, r.head] = f"<b>L{r.layer}H{r.head}</b> (kv {r.kv_head}): {d['roles'] or 'no role'}<br>{vals}"
+        roles = d["roles"] if isinstance(d["roles"], str) else ""  # a table read back from CSV has NaN for none
+        sup = ", ".join(f"{n} {html_kit.fmt(d[f'support_{n}'])}" for n in roles.split(";") if n and f"support_{n}" in d)
+        text[r.layer, r.head] = (f"<b>L{r.layer}H{r.head}</b> (kv {r.kv_head}): {roles or 'no role'}"
+                                 + (f" (support: {sup})" if sup else "") + f"<br>{vals}")
     n = len(names)
     scale = []
     for i, name in enumerate(names):  # a stepped colour scale: role i owns [i/n, (i+1)/n]

@@ -229,3 +229,9 @@ def test_atlas_with_support_keeps_the_table_of_the_joint_scan(tiny_llama):
     for n in ROLE_NAMES:
         v = s[f"support_{n}"].to_numpy()
         assert ((v >= 0) & (v <= 1)).all() and np.isclose(v * 20, np.round(v * 20)).all(), n
+    from interp.report.atlas_page import role_grid
+
+    held = s[s["roles"] != ""].iloc[0]  # the grid's hover gives the support of the head's roles
+    first = held["roles"].split(";")[0]
+    hover = role_grid(s).data[0].text[held["layer"], held["head"]]
+    assert f"(support: {first} " in hover
