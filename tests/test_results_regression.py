@@ -44,8 +44,7 @@ SCHEMA = {
 NEEDS = {"band_ablation.py": "smollm2-135m", "ood_ratio.py": "smollm2-135m", "compare_zoo.py": "smollm2-135m"}
 # committed tables written by an older version of their script, with the command that regenerates them; the schema
 # test xfails on these (and fails once they match, so the entry must then go)
-PENDING_REGEN: dict[str, str] = {"atlas_roles.csv": "python analyses/head_atlas.py (gains support_median / support_min)",
-                                  "atlas_summary.csv": "python analyses/head_atlas.py (gains seconds_support)"}
+PENDING_REGEN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("script", sorted(SCHEMA))
