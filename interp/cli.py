@@ -274,7 +274,8 @@ def atlas(
     the needle-in-a-haystack pass) and labels every head: SDH, sink, previous-token, duplicate-token, induction, echo,
     streaming, retrieval. Writes atlas.csv (one row per head, every score, role flags; text-pass token scores
     prev_token_score, duplicate_token_score, induction_score; repeated-random rr_prev_token_score,
-    rr_duplicate_token_score, rr_induction_score, rr_echo_score), atlas_roles.csv, atlas_cooccurrence.csv,
+    rr_duplicate_token_score, rr_induction_score, rr_echo_score; with --support N, support_<role>: the share of N
+    bootstrap resamples of the prompts in which the head holds the role), atlas_roles.csv, atlas_cooccurrence.csv,
     atlas_ablation.csv (--ablate), atlas.html, and the text pass's heads.csv, report.html and state/.
     """
     t_start = time.perf_counter()

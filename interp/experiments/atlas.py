@@ -25,7 +25,8 @@ over the queries that have one > 0.4", rescaled to ``detect_head``'s mean over a
 so that a small alphabet, where any head puts much attention on matching tokens, does not pass it),
 ``streaming`` (``is_streaming``: distant mass below ``ScanConfig.streaming_threshold``; DuoAttention), ``retrieval``
 (retrieval score > 0.1, Wu et al. 2024 Sec. 2). A head's ``role`` (its colour in the grid) is the first of its roles
-in ``ROLES`` order, most specific first; ``none`` if it has none.
+in ``ROLES`` order, most specific first; ``none`` if it has none. With ``AtlasConfig.support`` each head also gets
+``support_<role>``, the share of bootstrap resamples of the prompts in which it holds the role (``role_support``).
 
 Sits above the scan: it calls ``scan`` / ``run_retrieval`` and reads their results; it never touches the engine.
 """
