@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -21,7 +22,6 @@ import torch
 
 import interp
 from interp.experiments.ablation import band_variants
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
 from _common import parse_tracked  # noqa: E402

@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import torch
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
 from _common import parse_tracked  # noqa: E402

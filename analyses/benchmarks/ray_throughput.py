@@ -12,6 +12,7 @@ cluster's machines. Writes ``figures/ray_throughput.csv``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +20,6 @@ import pandas as pd
 
 import interp
 from interp.engine.executor import ModelSpec, ray_workers, run_sharded
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
 from _common import parse_tracked  # noqa: E402

@@ -104,11 +104,10 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if not args.worker:
-        track_outputs(FIG, __file__, sys.argv[1:])
     if args.worker:
         print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.repeats, args.model)))
         return
+    track_outputs(FIG, __file__, sys.argv[1:])  # the parent run writes the tables; its workers only measure
 
     import pandas as pd
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -35,7 +36,6 @@ from interp.hooks.capture import capture
 from interp.engine import ScanConfig, scan
 from interp.measures import geometry
 from interp.experiments.sweep import sweep
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
 from _common import parse_tracked  # noqa: E402

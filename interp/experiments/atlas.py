@@ -48,11 +48,15 @@ from interp.measures.variants import variant_sink_weight, variant_token_scores
 from interp.rope import band_ablations
 
 ROLE_SHARE = 0.4  # ARENA / TransformerLens exercises: mean attention on the target over queries that have one > 0.4
-_FROM_CHANCE = f"chance + {ROLE_SHARE} x ("  # the token-matched rules: chance + ROLE_SHARE x (attainable - chance)
 RETRIEVAL_MIN = 0.1  # Wu et al. 2024 Sec. 2: heads with retrieval score > 0.1
 TOKEN_COLUMNS = ("prev_token_score", "duplicate_token_score", "induction_score")
 RR_COLUMNS = ("rr_prev_token_score", "rr_duplicate_token_score", "rr_induction_score", "rr_echo_score")
 BANDS = ("wo_high", "wo_medium", "wo_low")
+
+
+def _from_chance(score: str, attainable: str) -> str:
+    """The rule line of a token-matched role (``thresholds``): chance + ROLE_SHARE x (attainable - chance)."""
+    return f"{score} >= chance + {ROLE_SHARE} x ({attainable} - chance)"
 
 
 @dataclass(frozen=True)
@@ -71,13 +75,13 @@ class Role:
 ROLES: tuple[Role, ...] = (
     Role("retrieval", "retrieval_score", None, "Wu et al. 2024", f"retrieval_score > {RETRIEVAL_MIN} (needle copying, top-1 attention)"),
     Role("induction", "rr_induction_score", None, "Olsson et al. 2022; TransformerLens detect_head",
-         f"rr_induction_score >= {_FROM_CHANCE}share of queries with an earlier copy of their token - chance)"),
+         _from_chance("rr_induction_score", "share of queries with an earlier copy of their token")),
     Role("echo", "rr_echo_score", None, "RazorAttention (Tang et al. 2024) Sec. 3.3",
-         f"rr_echo_score >= {_FROM_CHANCE}share of queries in a later copy - chance)"),
+         _from_chance("rr_echo_score", "share of queries in a later copy")),
     Role("duplicate_token", "duplicate_token_score", None, "Wang et al. 2022 (IOI); TransformerLens detect_head",
-         f"duplicate_token_score (text) >= {_FROM_CHANCE}share of queries whose token occurred before - chance)"),
+         _from_chance("duplicate_token_score (text)", "share of queries whose token occurred before")),
     Role("previous_token", "prev_token_score", None, "TransformerLens detect_head",
-         f"prev_token_score (text) >= {_FROM_CHANCE}(pos - 1) / pos - chance)"),
+         _from_chance("prev_token_score (text)", "(pos - 1) / pos")),
     Role("sdh", "slash_score", "is_sdh", "paper 004 Def. 3.1", "is_sdh: average slash score >= kappa at a lag 0..4"),
     Role("streaming", "distant_mass", "is_streaming", "DuoAttention (Xiao et al. 2024); StreamingLLM",
          "is_streaming: distant mass (outside sink + local window) < streaming_threshold"),
@@ -398,7 +402,7 @@ def role_support(text_parts: Sequence[ScanResult], rr_parts: Sequence[ScanResult
     def mean(dicts: list[dict], w: np.ndarray) -> dict:
         return {k: float(np.average([d[k] for d in dicts], weights=w)) for k in dicts[0]}
 
-    hits, keys = None, None
+    hits, t = None, None
     for _ in range(resamples):
         wt = rng.multinomial(len(text_parts), np.full(len(text_parts), 1 / len(text_parts)))
         wr = rng.multinomial(len(rr_parts), np.full(len(rr_parts), 1 / len(rr_parts)))
@@ -406,8 +410,7 @@ def role_support(text_parts: Sequence[ScanResult], rr_parts: Sequence[ScanResult
         t = atlas_table(reweighted(text_parts, wt), reweighted(rr_parts, wr), shares, retrieval)
         flags = t[[f"role_{n}" for n in ROLE_NAMES]].to_numpy(float)
         hits = flags if hits is None else hits + flags
-        keys = t[["layer", "head"]]
-    out = keys.reset_index(drop=True).copy()
+    out = t[["layer", "head"]].reset_index(drop=True)  # every resample's table has the same rows
     for k, n in enumerate(ROLE_NAMES):
         out[f"support_{n}"] = hits[:, k] / resamples
     return out
