@@ -193,6 +193,62 @@ def key_weight(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor,
     return out
 
 
+def stratified_rows(n_pos: int, n_rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded stratified sample of query positions and the weights that make a weighted sum the mean over all.
+
+    ``[0, n_pos)`` is cut into ``n_rows`` strata of equal size (within one position); one position is drawn uniformly
+    in each. ``sum_s weight_s * x[row_s]`` is an unbiased estimate of ``mean_i x[i]`` (stratified sampling, Cochran
+    1977, ch. 5), exact when ``n_pos <= n_rows`` (every position, weight ``1 / n_pos``).
+
+    Returns:
+        ``(rows [n] int64 sorted, weights [n] float64 summing to 1)`` on the CPU.
+
+    Raises:
+        ValueError: ``n_pos < 1`` or ``n_rows < 1``.
+    """
+    if n_pos < 1 or n_rows < 1:
+        raise ValueError(f"stratified_rows needs n_pos >= 1 and n_rows >= 1, got {n_pos}, {n_rows}")
+    if n_pos <= n_rows:
+        return torch.arange(n_pos), torch.full((n_pos,), 1.0 / n_pos, dtype=torch.float64)
+    edges = torch.div(torch.arange(n_rows + 1) * n_pos, n_rows, rounding_mode="floor")
+    size = edges[1:] - edges[:-1]
+    g = torch.Generator().manual_seed(int(seed))
+    rows = edges[:-1] + (torch.rand(n_rows, generator=g, dtype=torch.float64) * size).long().clamp(max=size - 1)
+    return rows, size.double() / n_pos
+
+
+def key_weight_rows(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
+                    rows: torch.Tensor, scale: float, window: int | None = None, softcap: float | None = None,
+                    key: int = 0, max_elements: int = 1 << 25, rows_host: torch.Tensor | None = None,
+                    ) -> Float[torch.Tensor, "head row"]:
+    """Attention of the queries at positions ``rows`` to one key: ``A[h, rows[r], key]`` (0 where masked), exact.
+
+    Each row is normalised over its whole visible row (causal, window, soft-cap as the model), computed in float32
+    from q and k in chunks of rows so that a chunk's logits hold at most ``max_elements`` floats. Cost
+    ``O(len(rows) * pos * head * d_head)``: with a few hundred rows, a small fraction of one ``Q K^T``. ``rows_host``:
+    the same rows on the CPU when ``rows`` is on a GPU (chunk bounds are read there, so no call waits for the GPU).
+
+    Raises:
+        ShapeError: q, k not ``[pos, head|kv_head, d_head]`` (``check_qk``).
+    """
+    check_qk(q, k)
+    N, H, D = q.shape
+    n_kv = k.shape[1]
+    ends = (rows_host if rows_host is not None else rows.cpu()).tolist()  # chunk bounds on the host: no GPU sync
+    rows = rows.to(q.device)
+    out = torch.zeros(H, rows.numel(), dtype=torch.float32, device=q.device)
+    kt = k.float().permute(1, 2, 0)  # [kv, d, pos]
+    step = max(1, max_elements // max(1, H * N))
+    for r0 in range(0, rows.numel(), step):
+        r = rows[r0 : r0 + step]
+        hi = max(ends[r0 : r0 + step]) + 1
+        s = _logits(_grouped(q[r].float(), n_kv), kt[..., :hi], scale, softcap).view(H, r.numel(), hi)
+        s = s.masked_fill(~_visible(r, torch.arange(hi, device=q.device), window), float("-inf"))
+        w = torch.exp(s[..., key] - torch.logsumexp(s, dim=-1)) if key < hi else torch.zeros(H, r.numel(), device=q.device)
+        out[:, r0 : r0 + step] = torch.where(r >= key, w, 0.0)
+    return out
+
+
 def _shear_sum(x: torch.Tensor) -> torch.Tensor:
     """``[head, B, K]`` reversed-key rows -> ``[head, K - B + 1]``: sum over r of ``x[:, r, delta + B - 1 - r]``."""
     H, B, K = x.shape

@@ -76,3 +76,33 @@ def test_expand_kv_maps_head_to_group():
 def test_shape_errors_name_the_layout():
     with pytest.raises(ShapeError, match=r"\[pos, head, d_head\]"):
         attention_pattern(torch.randn(4, 3, 8), torch.randn(4, 2, 8), 1.0)
+
+
+def test_stratified_rows_draw_one_position_per_stratum_and_weigh_to_the_mean():
+    from interp.attention import stratified_rows
+
+    rows, w = stratified_rows(1000, 7, seed=3)
+    edges = [(s * 1000) // 7 for s in range(8)]
+    assert [edges[s] <= int(r) < edges[s + 1] for s, r in enumerate(rows)] == [True] * 7
+    torch.testing.assert_close(w, torch.tensor([(edges[s + 1] - edges[s]) / 1000 for s in range(7)], dtype=torch.float64))
+    assert torch.equal(stratified_rows(1000, 7, seed=3)[0], rows)  # seeded
+    assert not torch.equal(stratified_rows(1000, 7, seed=4)[0], rows)
+    x = torch.rand(1000, dtype=torch.float64)  # unbiased: the mean of the estimate over many seeds is the mean
+    est = torch.stack([x[r] @ ww for r, ww in (stratified_rows(1000, 7, seed=s) for s in range(4000))])
+    assert abs(float(est.mean() - x.mean())) < 4 * float(est.std()) / 4000**0.5
+    rows, w = stratified_rows(5, 7, seed=0)  # short prompts: every position, exact
+    assert rows.tolist() == [0, 1, 2, 3, 4] and torch.allclose(w, torch.full((5,), 0.2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="n_rows >= 1"):
+        stratified_rows(10, 0, 0)
+
+
+@pytest.mark.parametrize("window, softcap", [(None, None), (6, None), (None, 2.0), (9, 3.0)])
+def test_key_weight_rows_equals_the_pattern_column(window, softcap):
+    from interp.attention import key_weight_rows
+
+    q, k, _ = _qkv(40, seed=5)
+    rows = torch.tensor([0, 3, 4, 17, 30, 39])
+    A = attention_pattern(q, k, 0.4, window, softcap)
+    for key in (0, 3):
+        got = key_weight_rows(q, k, rows, 0.4, window, softcap, key=key, max_elements=4 * 40 * 2)  # chunks of two rows
+        torch.testing.assert_close(got, A[:, rows, key], rtol=1e-5, atol=1e-6)

@@ -6,13 +6,22 @@ in one run:
 
 - ``forward_s``: the decoder stack's own forward (``attn_implementation="sdpa"``, no LM head: the scan never reads
   logits), the floor;
-- ``scan_s``: ``interp.scan`` with the default statistics (slash, spectrum, norms, sinks with the pre-RoPE
-  counterfactual, cone, maps) on the Triton engine;
+- ``scan_s``: ``interp.scan`` with the default statistics (slash at lags 0..63 and 500..5000, spectrum, norms, sinks
+  with the pre-RoPE counterfactual estimated from 256 stratified query rows, cone, maps) on the Triton engine;
+- ``scan_exact_s``: the same with the exact pre-RoPE counterfactual (``counterfactual_queries=0``: one more
+  log-sum-exp pass over every query), ``scan_full_s``: the whole lag profile (``full_profile=True``, every tile of
+  pass 2) with the exact counterfactual: the engine's cost before these two became opt-in;
 - ``scan_all_s``: plus the token-matched scores (the atlas' extra tile reductions). InP per plane (``--inp``) is
   left out of the default run: its per-plane loop on CUDA cores took 110 s at 32k tokens on Llama-3.1-8B's shapes
   (an H100, 2026-11-23), 24x the default scan;
-- ``ratio`` = scan_s / forward_s, ``ratio_all``; ``peak_*_gib``: ``torch.cuda.max_memory_allocated`` of each, with the
-  model's weights; ``weights_gib``; ``status``: ``ok`` or ``oom`` (the largest length that fit is the last ``ok``).
+- ``ratio`` = scan_s / forward_s, ``ratio_exact``, ``ratio_full``, ``ratio_all``; ``peak_*_gib``:
+  ``torch.cuda.max_memory_allocated`` of each, with the model's weights; ``weights_gib``; ``status``: ``ok`` or ``oom``
+  (the largest length that fit is the last ``ok``);
+- where the time of one default scan goes (``interp.engine.phases``, CUDA events, one more timed scan): ``ph_attention_s``
+  (pass 1: output and log-sum-exp; ``pass1`` names the kernel ``interp.engine.kernels.sdpa_lse`` picked),
+  ``ph_stats_s`` (pass 2 and the key-0 / map reads), ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's
+  per-layer update), ``ph_flush_s`` (device sums to the CPU, once per scan), ``ph_model_s`` (the rest: the model's
+  own layers, taps and Python), ``tables_s`` (building ``heads`` from the summed state, not part of ``scan_s``).
 
 Plus the same work on both engines for ``smollm2-135m``'s config (random weights), 1024 tokens in float32: the GPU
 (Triton) and this machine's CPU (fused C++ kernel, ``torch.get_num_threads()`` threads), so the engines are compared
@@ -96,9 +105,33 @@ def timed(fn, device: str, repeats: int) -> tuple[float, float]:
     return best, peak
 
 
+PHASES = ("attention", "stats", "counterfactual", "measures", "flush")
+
+
+def phases(model, toks, device: str, engine: str) -> dict:
+    """Seconds per phase of one default scan (``interp.engine.phases``), the rest as ``ph_model_s``, and ``tables_s``."""
+    from interp.engine import ScanConfig, scan
+    from interp.engine.phases import phase_timer
+
+    _sync(device)
+    with phase_timer() as timer:
+        t = time.perf_counter()
+        res = scan(model, [toks], ScanConfig(), engine=engine, beyond_context=True)
+        _sync(device)
+        wall = time.perf_counter() - t
+    sec = timer.seconds
+    row = {f"ph_{p}_s": sec.get(p, 0.0) for p in PHASES}
+    row["ph_model_s"] = wall - sum(row.values())
+    t = time.perf_counter()
+    res.heads
+    row["tables_s"] = time.perf_counter() - t
+    return row
+
+
 def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
     """One row: forward and scan times at ``n`` tokens."""
     from interp.engine import ScanConfig, scan
+    from interp.engine.kernels import sdpa_lse
 
     toks = torch.randint(0, 32000 if n > 64 else 200, (n,), generator=torch.Generator().manual_seed(n))
     ids = toks[None].to(device)
@@ -112,6 +145,12 @@ def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
         row["forward_s"], row["peak_forward_gib"] = timed(forward, device, repeats)
         row["scan_s"], row["peak_scan_gib"] = timed(lambda: scan(model, [toks], ScanConfig(), engine=engine, beyond_context=True),
                                                     device, repeats)
+        row.update(phases(model, toks, device, engine))
+        picked = [c["picked"] for k, c in sdpa_lse.choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} ")]
+        row["pass1"] = picked[0] if picked else ("triton" if device.startswith("cuda") else "none (CPU)")
+        for tag, cfg in (("exact", ScanConfig(counterfactual_queries=0)), ("full", ScanConfig(counterfactual_queries=0, full_profile=True))):
+            row[f"scan_{tag}_s"], row[f"peak_scan_{tag}_gib"] = timed(
+                lambda cfg=cfg: scan(model, [toks], cfg, engine=engine, beyond_context=True), device, 1)
         all_on = ScanConfig(token_match=True)
         row["scan_all_s"], row["peak_scan_all_gib"] = timed(lambda: scan(model, [toks], all_on, engine=engine, beyond_context=True),
                                                             device, 1)
@@ -120,8 +159,8 @@ def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
         row["status"] = "oom"
         torch.cuda.empty_cache()
     if row["status"] == "ok":
-        row["ratio"] = row["scan_s"] / row["forward_s"]
-        row["ratio_all"] = row["scan_all_s"] / row["forward_s"]
+        for tag in ("", "_exact", "_full", "_all"):
+            row[f"ratio{tag}"] = row[f"scan{tag}_s"] / row["forward_s"]
     return row
 
 
@@ -142,7 +181,7 @@ def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="CPU, a tiny config, 32-64 tokens: checks the script runs")
     ap.add_argument("--models", nargs="*", default=["llama-3.1-8b", "qwen2.5-7b", "gemma-3-4b"])
-    ap.add_argument("--lengths", nargs="*", type=int, default=[4096, 16384, 32768])
+    ap.add_argument("--lengths", nargs="*", type=int, default=[4096, 8192, 32768])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "figures" / "gpu_scan.csv", help="the CSV, or a folder for gpu_scan.csv")
     ap.add_argument("--profile", action="store_true", help="also print the top CUDA kernels of one scan of the first model "
@@ -159,6 +198,8 @@ def main(argv=None) -> pd.DataFrame:
         if not torch.cuda.is_available():
             print("gpu_scan.py needs a CUDA GPU (run with --quick to check the script on a CPU); nothing measured", file=sys.stderr)
             return pd.DataFrame()
+        from interp.engine.kernels import sdpa_lse
+
         gpu = torch.cuda.get_device_name()
         for name in a.models:
             m = build(name, "cuda", torch.bfloat16)
@@ -168,6 +209,7 @@ def main(argv=None) -> pd.DataFrame:
                 row["weights_gib"] = weights
                 rows.append(row)
                 print(row, flush=True)
+                print(sdpa_lse.choices(), flush=True)
                 pd.DataFrame(rows).to_csv(a.out.with_suffix(".partial.csv"), index=False)  # survives a time limit
             if a.profile and name == a.models[0]:
                 profile(m, max(a.lengths))

@@ -13,8 +13,14 @@ entries). The CPU paths work in float32 whatever the model's dtype; the Triton p
 
 Engines (``ENGINES``; ``scan(..., engine=)``, ``interp scan --engine``): ``auto`` picks ``triton`` for CUDA tensors
 when Triton is installed, ``cpu-kernel`` for float32 CPU tensors when the fused kernel builds, else ``python``.
-On a GPU the state's sums accumulate on the device and come to the CPU once per prompt (``end_prompt``): no host
-sync per layer.
+On a GPU the state's sums accumulate on the device for the whole scan and come to the CPU once (``finish``), each
+per-position entry only up to its last nonzero position (the default scan scores lags up to ``long_lags``' end, so
+at 32k tokens most of a per-lag entry is zeros that never cross the bus); no host sync per layer.
+
+Products are computed only as far as the measures read them: ``lag`` over the union of the measures' lag windows
+(``Measure.lag_window``; the Triton engine skips the tiles outside it), and the pre-RoPE ``key0_pre`` over a
+stratified sample of ``counterfactual_queries`` query positions (``interp.attention.key_weight_rows``, float32, the
+same on every engine) or, with 0, from every query through the kernels. ``interp.engine.phases`` times each part.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import torch
 
 from interp.engine import kernels
 from interp.engine.kernels import triton_attention
-from interp.attention import attention_blocks, entropy_sums, key_mass_sums, key_weight, lag_sums, token_match_sums
+from interp.attention import (attention_blocks, entropy_sums, key_mass_sums, key_weight, key_weight_rows, lag_sums, stratified_rows,
+                              token_match_sums)
+from interp.engine.phases import phase
 from interp.errors import ConfigError, NumericsError
 from interp.measures import REGISTRY, Dims, Entry, LayerInput, PromptInput, State
 from interp.measures import inp as inp_measure
@@ -110,13 +118,22 @@ class Collector:
         self.needs = set().union(*(m.needs(cfg) for m in self.measures))
         self.variant_needs = set().union(*(m.variant_needs(cfg) for m in self.measures))  # what each variant's pass carries
         self.entries = state_entries(card, 1, cfg)
+        self.lag_window = self._lag_window()
         if "variants" in self.needs and specs is None:
             raise ValueError("counterfactual variants need the model's per-layer RoPE specs")
         self.tokens: torch.Tensor | None = None  # the prompt being scanned
         self.engine = "none"  # which attention path ran last: "triton", "fused-cpu" or "python"
         self.prompt_id = 0  # global index of the prompt being scanned
-        self.device_state: State | None = None  # sums of the prompt in progress, on the GPU (flushed by end_prompt)
+        self.device_state: State | None = None  # sums on the GPU, for the whole scan (moved to ``state`` by ``finish``)
         self.finite: torch.Tensor | None = None  # on a GPU: all queries and keys of the prompt finite (checked once)
+        self._rows = None  # the prompt's sampled query rows for the pre-RoPE counterfactual, on its device
+
+    def _lag_window(self) -> tuple[tuple[int, int], ...] | None:
+        """Union of the lag windows of the measures that read ``lag`` (None: every lag)."""
+        windows = [m.lag_window(self.cfg) for m in self.measures if "lag" in m.needs(self.cfg)]
+        if not windows or any(w is None for w in windows):
+            return None
+        return tuple(sorted({r for w in windows for r in w}))
 
     def begin_prompt(self, prompt_id: int, tokens: torch.Tensor) -> None:
         """Start a prompt: count it and add the measures' once-per-prompt entries."""
@@ -127,7 +144,7 @@ class Collector:
             self._place(m, m.update_prompt(x), None)
 
     def end_prompt(self) -> None:
-        """Finish a prompt: the GPU-side sums come to the CPU state (one transfer per prompt).
+        """Finish a prompt (on a GPU: check that its queries and keys were finite; one host sync per prompt).
 
         Raises:
             NumericsError: a layer of the prompt produced non-finite queries or keys (checked here on a GPU).
@@ -136,10 +153,33 @@ class Collector:
             raise NumericsError(f"{self.card.name}: a layer produced non-finite queries or keys (overflow); "
                                 f"scan in bfloat16 or float32 (--dtype)")
         self.finite = None
-        if self.device_state is not None:
-            for name, value in self.device_state.items():
-                self.state[name] += value.to("cpu")
-                value.zero_()
+
+    def finish(self) -> None:
+        """Move the GPU-side sums to the CPU state (once per scan; a no-op on a CPU).
+
+        A per-position entry crosses only up to its last nonzero position (found on the GPU, one sync for all
+        entries); the rest of the CPU entry is left as it is (zeros of a fresh state).
+        """
+        if self.device_state is None:
+            return
+        dev = next(iter(self.device_state.values())).device
+        with phase("flush", dev):
+            names = list(self.device_state.keys())
+            extents = []
+            for name in names:
+                v, e = self.device_state[name], self.entries.get(name)
+                if e is not None and e.per_position and v.dim() and v.shape[-1]:
+                    nz = v.ne(0).reshape(-1, v.shape[-1]).any(0)
+                    extents.append(torch.where(nz, torch.arange(1, v.shape[-1] + 1, device=dev), 0).max())
+                else:
+                    extents.append(torch.tensor(v.shape[-1] if v.dim() else 0, device=dev))
+            for name, n in zip(names, torch.stack(extents).tolist()):
+                v = self.device_state[name]
+                if v.dim() == 0:
+                    self.state[name] += v.cpu()
+                elif n:
+                    self.state[name][..., :n] += v[..., :n].cpu()
+        self.device_state = None
 
     def __call__(self, call: AttentionCall) -> torch.Tensor:
         """The tap handler (``interp.hooks.taps``): one layer of one prompt -> its attention output ``[pos, head, d_head]``.
@@ -165,17 +205,34 @@ class Collector:
 
         ``native``: the model's own q/k/v (its dtype) for the Triton engine, which reads 16-bit inputs directly.
         """
-        pre = (q_pre, k_pre) if "key0_pre" in self.needs else None
-        out, products = self._attention(q_rot, k_rot, v, scale, window, softcap, pre, "inp" in self.needs,
-                                        self.tokens if "token_match" in self.needs else None,
-                                        frozenset(self.needs & set(ROW_PRODUCTS)), native)
+        exact_pre = "key0_pre" in self.needs and not self.cfg.counterfactual_queries
+        out, products = self._attention(q_rot, k_rot, v, scale, window, softcap, (q_pre, k_pre) if exact_pre else None,
+                                        "inp" in self.needs, self.tokens if "token_match" in self.needs else None,
+                                        frozenset(self.needs & set(ROW_PRODUCTS)), native, lags=self.lag_window)
+        if "key0_pre" in self.needs:
+            with phase("counterfactual", q_rot.device):
+                products["key0_pre"] = (products["key0_pre"].double().mean(-1) if exact_pre else
+                                        self._key0_pre_sampled(q_pre, k_pre, scale, window, softcap))
         if "variants" in self.needs:
-            products["variants"] = self._variants(layer, q_pre, k_pre, scale, window, softcap)
+            with phase("variants", q_rot.device):
+                products["variants"] = self._variants(layer, q_pre, k_pre, scale, window, softcap)
         x = LayerInput(layer, self.prompt_id, self.tokens, q_pre, k_pre, q_rot, k_rot, scale, window, softcap,
                        self.card, self.cfg, products, value=v)
-        for m in self.measures:
-            self._place(m, m.update(x), layer)
+        with phase("measures", q_rot.device):
+            for m in self.measures:
+                self._place(m, m.update(x), layer)
         return out
+
+    def _key0_pre_sampled(self, q_pre, k_pre, scale, window, softcap) -> torch.Tensor:
+        """``[head]`` float64: the stratified estimate of the mean over queries of the pre-RoPE weight on key 0
+        (``counterfactual_queries`` positions seeded by the prompt's index; exact for shorter prompts)."""
+        key = (self.prompt_id, q_pre.shape[0], q_pre.device)
+        if self._rows is None or self._rows[0] != key:  # once per prompt: a host-to-device copy waits for the GPU
+            rows, weights = stratified_rows(q_pre.shape[0], int(self.cfg.counterfactual_queries), self.prompt_id)
+            self._rows = (key, rows, rows.to(q_pre.device), weights.to(q_pre.device))
+        _, rows, rows_dev, weights = self._rows
+        w = key_weight_rows(q_pre, k_pre, rows_dev if q_pre.is_cuda else rows, scale, window, softcap, rows_host=rows)
+        return w.double() @ weights
 
     def _place(self, measure, values: dict, layer: int | None) -> None:
         """Add each value at its entry's layer index (and positions ``0..pos-1`` for per-position entries)."""
@@ -197,13 +254,14 @@ class Collector:
                 idx[-1] = slice(0, value.shape[-1])
             target.add(name, tuple(idx), value)
 
-    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None, rows=frozenset(), native=None):
+    def _attention(self, q, k, v, scale, window, softcap, pre, inp=False, tokens=None, rows=frozenset(), native=None, lags=None):
         """Exact attention of one layer and its tile products, on the fused kernel when it applies, else in Python.
 
         Returns ``(out [pos, head, d_head] (empty when v is None), products)`` with ``lag``, ``key0`` ``[head, pos]``, ``map``
         ``[head, M, M]``, ``key0_pre`` (``pre = (q_pre, k_pre)`` given), ``inp`` (when asked; ``interp.measures.inp.inp_sums``' dict),
         ``token_match`` (``tokens`` given; ``[head, 3]``, ``interp.attention.token_match_sums``) and those of ``lse``,
-        ``entropy``, ``key_mass`` named in ``rows`` (``interp.measures.PRODUCTS``).
+        ``entropy``, ``key_mass`` named in ``rows`` (``interp.measures.PRODUCTS``). ``lags``: inclusive lag ranges the
+        caller reads (None: all); the Triton engine leaves the others at 0, the CPU paths compute every lag.
         """
         cfg, pairing = self.cfg, self.card.pairing
         engine = pick_engine(self.requested, q)
@@ -218,16 +276,18 @@ class Collector:
                     q, k, v = native
                 r = triton_attention.stream_layer(q, k, v, scale, window, softcap, None if q.is_cuda else 16, cfg.skip,
                                                   cfg.map_size, q_pre, k_pre, inp_pairing=pairing_arg, tokens=tokens,
-                                                  entropy="entropy" in rows, key_mass="key_mass" in rows)
+                                                  entropy="entropy" in rows, key_mass="key_mass" in rows, lags=lags)
             else:
                 self.engine = "fused-cpu"
-                r = dict(zip(KERNEL_OUTPUTS, kernels.stream_layer(
-                    q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, q_pre, k_pre,
-                    inp_pairing=pairing_arg, tokens=tokens, lse="lse" in rows, entropy="entropy" in rows,
-                    key_mass="key_mass" in rows)))
+                with phase("attention"):
+                    r = dict(zip(KERNEL_OUTPUTS, kernels.stream_layer(
+                        q, k, v, scale, window, softcap, cfg.block_size, cfg.skip, cfg.map_size, q_pre, k_pre,
+                        inp_pairing=pairing_arg, tokens=tokens, lse="lse" in rows, entropy="entropy" in rows,
+                        key_mass="key_mass" in rows)))
             return self._kernel_products(r, q, window, pre is not None, inp, tokens is not None, rows)
         self.engine = "python"
-        out, lag, sink, amap, tm, extra = self._blocks(q, k, v, scale, window, softcap, tokens, rows)
+        with phase("attention", q.device):
+            out, lag, sink, amap, tm, extra = self._blocks(q, k, v, scale, window, softcap, tokens, rows)
         products = {"lag": lag, "key0": sink, "map": amap, **extra}
         if tokens is not None:
             products["token_match"] = tm

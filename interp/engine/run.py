@@ -79,6 +79,7 @@ def scan(
             # the decoder stack only: the scan reads attention, so the LM head (N x vocab logits) is skipped
             model.hf.base_model(t[None].to(model.device), use_cache=False)
             collector.end_prompt()
+        collector.finish()  # GPU sums -> the CPU state, once per scan
     info = {"prompts": len(toks), "tokens": [int(t.numel()) for t in toks], "seconds": time.perf_counter() - t0,
             "engine": collector.engine, "prompt_ids": [int(i) for i in ids],
             "inv_freq": [spec.inv_freq.tolist() for spec in rope_specs(model.hf)],

@@ -39,7 +39,8 @@ PRODUCTS = {
     "lag": "[head, pos] float: sum over queries i of A[i, i - delta] at every lag delta, keys 0..skip-1 left out",
     "key0": "[head, pos] float: A[i, 0], the weight of every query on key 0",
     "map": "[head, M, M] float64: A[:M, :M], the first positions (M = map_size)",
-    "key0_pre": "[head, pos] float: the weight on key 0 of the pre-RoPE counterfactual (softmax of q_pre . k_pre)",
+    "key0_pre": "[head] float64: mean over queries of the weight on key 0 in the pre-RoPE counterfactual (softmax of "
+                "q_pre . k_pre), over every query or a stratified sample of counterfactual_queries positions (interp.measures.sinks)",
     "inp": "dict signed / abs [head, freq], count [head]: sums of the per-plane InP over visible pairs with keys >= skip",
     "token_match": "[head, 3] float64: sum over queries of the attention on previous-token, duplicate-token and induction "
                    "keys (interp.attention.token_match_masks; TransformerLens head_detector patterns)",
@@ -214,6 +215,12 @@ class Measure:
         """Products each counterfactual pass must carry for this measure under ``cfg``, besides ``lag`` and ``key0``
         (default: ``variant_products``); read as ``x.products["variants"][v][name]``."""
         return set(self.variant_products)
+
+    def lag_window(self, cfg) -> tuple[tuple[int, int], ...] | None:
+        """The lags of the ``lag`` product this measure reads under ``cfg``: inclusive ``(lo, hi)`` ranges, or None for
+        every lag (the default). The engine computes the union over the enabled measures that need ``lag`` and may
+        leave the sums of other lags at 0 (the GPU engine then skips the tiles that hold only such lags)."""
+        return None
 
     def columns(self, cfg) -> Sequence[Column]:
         """The ``heads.csv`` columns this measure produces under ``cfg``, in order."""

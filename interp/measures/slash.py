@@ -192,6 +192,21 @@ def lag_table(scores: Float[torch.Tensor, "layer head delta"], lags: range) -> p
 # --------------------------------------------------------------------------------------------
 
 LONG_ENTRIES = ("slash_sq_sum", "long_hits", "long_hit_score", "long_hit_prompt")
+PROFILE_LAGS = 64  # lags 0..63: the report's short lag profile; with long_lags, what the default scan scores
+
+
+def profile_window(cfg) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The inclusive lag ranges a scan without ``full_profile`` scores: ``0..max(63, short lags)`` and ``long_lags``."""
+    return (0, max(PROFILE_LAGS - 1, *cfg.short_lags)), (int(cfg.long_lags[0]), int(cfg.long_lags[1]))
+
+
+def lag_mask(n_pos: int, cfg, device=None) -> torch.Tensor:
+    """``[delta]`` bool: the lags ``0..n_pos-1`` inside ``profile_window(cfg)``."""
+    d = torch.arange(n_pos, device=device)
+    ok = torch.zeros(n_pos, dtype=torch.bool, device=device)
+    for lo, hi in profile_window(cfg):
+        ok |= (d >= lo) & (d <= hi)
+    return ok
 
 
 def _check_frac(v) -> str | None:
@@ -214,8 +229,13 @@ class Slash(Measure):
         Option("long_leave_one_out", True, "a long lag must also hold (fraction and mean) after dropping any one prompt, "
                "so one prompt's repeat cannot pass at a neighbouring lag (module docstring; False: fraction rule only)"),
         Option("skip", SKIP, "positions 0..skip-1 are excluded from slash scores and InP sums (004: positions 1-4)"),
+        Option("full_profile", False, "score every lag (the whole lag profile, for shape and variant studies); by default only "
+               f"lags 0..{PROFILE_LAGS - 1} (the report's short profile) and the long_lags range are scored, the others are NaN"),
     )
     products = ("lag",)
+
+    def lag_window(self, cfg):
+        return None if cfg.full_profile else profile_window(cfg)
 
     def columns(self, cfg):
         short = [Column(f"slash_d{d}", f"average slash score at lag {d}: mean over prompts of the mean of A[i, i-{d}], "
@@ -239,11 +259,17 @@ class Slash(Measure):
         return [*per_lag, Entry("slash_prompts", (N,), layer_axis=None, per_position=True)]
 
     def update(self, x: LayerInput):
-        part = prompt_slash(x.products["lag"], x.n_pos, x.config.skip, x.config.kappa_long, x.prompt_id)
+        lag = x.products["lag"]
+        if not x.config.full_profile:  # lags outside the window: not computed (the engine may leave them 0 or skip them)
+            lag = lag * lag_mask(x.n_pos, x.config, lag.device)
+        part = prompt_slash(lag, x.n_pos, x.config.skip, x.config.kappa_long, x.prompt_id)
         return {n: part[n] for n in ("slash_mean_sum", *LONG_ENTRIES)}
 
     def update_prompt(self, x: PromptInput):
-        return {"slash_prompts": (valid_counts(x.n_pos, x.config.skip) > 0).double()}
+        ok = valid_counts(x.n_pos, x.config.skip) > 0
+        if not x.config.full_profile:  # a lag outside the window counts no prompt, so its score is NaN, not 0
+            ok &= lag_mask(x.n_pos, x.config)
+        return {"slash_prompts": ok.double()}
 
     def compute(self, s: Summed):
         cfg = s.config

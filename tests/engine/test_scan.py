@@ -220,10 +220,10 @@ def test_reduced_precision_scans_stay_within_the_stated_bounds(name, dtype):
     from interp import load_model
 
     prompts = [random_tokens(96, seed=s) for s in range(3)]
-    ref = scan(load_model(name, device="cpu"), prompts, ScanConfig(block_size=16))
+    ref = scan(load_model(name, device="cpu"), prompts, ScanConfig(block_size=16, full_profile=True))
     low = load_model(name, device="cpu", dtype=dtype)
     assert low.card.dtype == dtype
-    got = scan(low, prompts, ScanConfig(block_size=16))
+    got = scan(low, prompts, ScanConfig(block_size=16, full_profile=True))
     assert all(v.dtype == torch.float64 for v in got.state.values())
     valid = 96 - slash.SKIP
     assert (got.scores[..., :valid] - ref.scores[..., :valid]).abs().max() < DTYPE_BOUNDS[dtype]["slash"]

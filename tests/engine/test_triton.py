@@ -154,3 +154,142 @@ def test_bf16_scan_on_a_gpu_is_close_to_float32():
     for col in ("slash_score", "sink_weight"):
         if col in a.heads:
             assert (a.heads[col] - b.heads[col]).abs().max() < 0.02
+
+
+# ---- issue 34: the lag window, production tiles, entropy at long N, int64 offsets, degenerate windows, determinism ----
+
+def test_diagonals_are_exactly_those_holding_the_asked_lags():
+    """``diagonals`` against its definition: diagonal t's tiles hold the lags t T + r - c (r, c in 0..T-1)."""
+    for N, T, window, lags in [(300, 16, None, ((0, 20), (100, 130))), (300, 16, 40, ((0, 5), (60, 70))), (64, 64, None, ((0, 63),)),
+                               (1000, 64, None, ((0, 63), (500, 600)))]:
+        n_qb = -(-N // T)
+        want = []
+        for t in range(n_qb):
+            held = {t * T + r - c for r in range(T) for c in range(T)} & set(range(0, N))
+            if window is not None and min(held, default=N) >= window:
+                continue
+            if any(lo <= d <= hi for d in held for lo, hi in lags):
+                want.append(t)
+        assert ta.diagonals(N, T, window, lags) == want
+
+
+@pytest.mark.parametrize("window", [None, 37])
+def test_a_lag_window_keeps_its_lags_exact_and_skips_the_rest(window):
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(150, h, 16, generator=g).to(DEV) for h in (4, 2, 2))
+    full = ta.stream_layer(q, k, v, 0.4, window, None, 16, 4, 8)
+    lags = ((0, 7), (60, 90))
+    part = ta.stream_layer(q, k, v, 0.4, window, None, 16, 4, 8, lags=lags)
+    inside = torch.zeros(150, dtype=torch.bool)
+    for lo, hi in lags:
+        inside[lo : hi + 1] = True
+    torch.testing.assert_close(part["lag"][:, inside], full["lag"][:, inside], rtol=1e-6, atol=1e-7)
+    far = torch.arange(150) > 90 + 2 * 16  # beyond every diagonal of the window's lags: never computed
+    assert float(part["lag"][:, far].abs().max()) == 0.0
+    for name in ("out", "key0", "map", "lse"):  # the reductions that do not depend on the visited tiles
+        torch.testing.assert_close(part[name], full[name])
+
+
+@pytest.mark.parametrize("bm, bn", [(128, 64), (128, 128), (64, 64), (64, 32)])
+@pytest.mark.parametrize("window", [None, 100])
+def test_pass1_at_the_gpu_tile_shapes(bm, bn, window):
+    """Pass 1 with every tile shape the GPU autotuner may pick (query block bm, key block bn), across the unmasked
+    interior, the diagonal and the window's lower edge, against the materialised pattern."""
+    g = torch.Generator().manual_seed(bm + bn)
+    N, H, KV, D = 300, 4, 2, 16
+    q, k, v = (torch.randn(N, h, D, generator=g) for h in (H, KV, KV))
+    out, lse = ta.triton_forward(q.to(DEV), k.to(DEV), v.to(DEV), 0.3, window, None, block=(bm, bn))
+    ref_out, *_ = _reference(q, k, v, q, k, 0.3, window, None, 4, 8)
+    A = attention_pattern(q, k, 0.3, window, None)
+    torch.testing.assert_close(out.cpu(), ref_out, rtol=2e-5, atol=2e-5)
+    s = torch.einsum("ihd,jhd->hij", q, k.repeat_interleave(H // KV, 1)) * 0.3
+    ref_lse = torch.logsumexp(s.masked_fill(A == 0, float("-inf")), -1)
+    torch.testing.assert_close(lse.cpu(), ref_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_pass2_at_the_gpu_tile():
+    """Pass 2 with the GPU's lag tile (``LAG_TILE`` = 64) on a prompt of several tiles: every reduction."""
+    g = torch.Generator().manual_seed(64)
+    q, k, v = (torch.randn(150, h, 16, generator=g).to(DEV) for h in (4, 2, 2))
+    tok = torch.randint(0, 5, (150,), generator=g).to(DEV)
+    _check_all(q, k, v, tok, 0.4, None, None, block=ta.LAG_TILE)
+
+
+def test_entropy_at_long_n_with_peaked_attention():
+    """Row entropy as sum_j A (lse - s): at 2048 tokens with peaked rows and logits near 300 (where ``lse - sum_j A s``
+    would subtract two numbers of that size in float32) the sum equals a float64 recomputation."""
+    g = torch.Generator().manual_seed(7)
+    N, D = 2048, 16
+    u = torch.zeros(D)
+    u[0] = 1.0
+    q = torch.randn(N, 1, D, generator=g) * 3 + 30 * u  # q . u = 30: every logit of a row shifted by 30 * 40 * scale
+    k = torch.randn(N, 1, D, generator=g) * 3 + 40 * u
+    r = ta.stream_layer(q.to(DEV), k.to(DEV), None, 0.25, None, None, 64, 4, 8, entropy=True, lag=False)
+    s = (q[:, 0].double() @ k[:, 0].double().T) * 0.25
+    s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+    logp = s - torch.logsumexp(s, -1, keepdim=True)
+    ent = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
+    assert float(s.max()) > 250
+    assert float(ent.mean()) < 1.5  # peaked rows
+    n_vis = torch.arange(1, N + 1).double()
+    norm = torch.where(n_vis > 1, ent / torch.log(n_vis.clamp(min=2)), torch.zeros(()))
+    got = r["entropy"].cpu()[0]
+    assert abs(float(got[0]) - float(ent.sum())) < 1e-3 * N * 0.01 + 1e-4 * float(ent.sum())
+    assert abs(float(got[1]) - float(norm.sum())) < 1e-3 * N * 0.01 + 1e-4 * float(norm.sum())
+
+
+def test_offsets_are_int64():
+    """A query tensor whose row stride times the last row passes 2^31 elements (a 4 GB float16 view, reserved but
+    almost never touched): int32 offsets would wrap and read the wrong rows."""
+    N, H, D = 20, 2, 16
+    stride = 2**31 // (N - 1) + 1024
+    try:
+        base = torch.empty(stride * (N - 1) + H * D, dtype=torch.float16, device=DEV)
+    except (RuntimeError, MemoryError):
+        pytest.skip("cannot reserve a 4 GB view here")
+    q = base.as_strided((N, H, D), (stride, D, 1))
+    g = torch.Generator().manual_seed(3)
+    q0 = torch.randn(N, H, D, generator=g).half()
+    q.copy_(q0.to(DEV))
+    k, v = (torch.randn(N, 1, D, generator=g).half().to(DEV) for _ in range(2))
+    out, lse = ta.triton_forward(q, k, v, 0.25, None, None, block=16)
+    out_c, lse_c = ta.triton_forward(q0.to(DEV), k, v, 0.25, None, None, block=16)
+    torch.testing.assert_close(lse.cpu(), lse_c.cpu())
+    torch.testing.assert_close(out.cpu(), out_c.cpu())
+
+
+def test_a_window_that_hides_every_key_is_refused():
+    q = torch.randn(8, 2, 16)
+    for fn in (lambda: ta.stream_layer(q, q, q, 1.0, 0, None, 16, 4, 8), lambda: ta.triton_forward(q, q, q, 1.0, 0, None, 16)):
+        with pytest.raises(ValueError, match="window >= 1"):
+            fn()
+
+
+def test_lag_sums_are_reproducible_within_a_bound():
+    """Per-lag sums are added with float atomics (two diagonals share a lag): identical under the interpreter, and on a
+    GPU equal run to run within float32 addition-order rounding."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(400, h, 16, generator=g).to(DEV) for h in (4, 2, 2))
+    a, b = (ta.stream_layer(q, k, v, 0.4, None, None, 16, 4, 8, key_mass=True) for _ in range(2))
+    for name in ("lag", "key_mass"):
+        if DEV == "cpu":
+            assert torch.equal(a[name], b[name])
+        torch.testing.assert_close(a[name], b[name], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(a["out"], b["out"], rtol=0, atol=0)
+
+
+@needs_cuda
+def test_pass1_backends_agree_and_the_pick_is_recorded():
+    """On a GPU pass 1 may come from cuDNN or FlashAttention (``sdpa_lse``): whichever was picked, its output and
+    log-sum-exp equal the Triton forward's to bf16 rounding, and ``choices()`` names it with the times measured."""
+    from interp.engine.kernels import sdpa_lse
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1000, h, 128, generator=g).bfloat16().cuda() for h in (8, 2, 2))
+    out, lse = ta.forward(q, k, v, 128**-0.5)
+    ref_out, ref_lse = ta.triton_forward(q, k, v, 128**-0.5, block=(64, 64))
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=2e-2)
+    torch.testing.assert_close(out.float(), ref_out.float(), rtol=0, atol=2e-2)
+    picked = [c for key, c in sdpa_lse.choices().items() if key.startswith("pos<=1024 h8 kv2 d128")]
+    assert picked and picked[0]["picked"] in picked[0]["ms"]
+    print(sdpa_lse.choices())

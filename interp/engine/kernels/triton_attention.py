@@ -6,36 +6,47 @@ accumulation; under ``TRITON_INTERPRET=1`` the same kernels run on CPU tensors (
 
 Design: two passes, the simple exact one.
 
-1. ``_forward_kernel``, one program per (query block, head): flash attention's forward (online max and sum) giving
-   the layer's output ``P @ V`` and each row's log-sum-exp ``lse_i = log sum_j exp(s_ij)`` of the scaled,
-   soft-capped, masked logits (without v: ``lse`` only, for the counterfactual passes).
+1. Pass 1 (``forward``), the layer's output ``P @ V`` and each row's log-sum-exp ``lse_i = log sum_j exp(s_ij)`` of the
+   scaled, soft-capped, masked logits: on a GPU from the fastest exact kernel for the layer's shape
+   (``interp.engine.kernels.sdpa_lse``: cuDNN's or FlashAttention's fused attention through PyTorch, both of which
+   return the log-sum-exp, or this module's ``_forward_kernel``). ``_forward_kernel`` is flash attention's forward, one
+   program per (query block, head): online max and sum in log2 units (``exp2``, the scale times ``log2 e`` folded
+   into the logits), the key tiles split into an unmasked interior and masked edge tiles (the diagonal, the window's
+   lower edge), tile shape and launch settings autotuned per length bucket, output in the inputs' dtype; without v it
+   gives ``lse`` only (the counterfactual passes).
 2. ``_stats_kernel``, one program per (diagonal of tiles, head): the tiles (query block b, key block b - t) for every
    b, recomputed; ``A_ij = exp(s_ij - lse_i)`` is then the exact probability (not an online estimate). Every tile of
    a diagonal puts its entries on the same ``2T - 1`` lags, so the program adds the tiles in one register tile and
-   shears it once at the end (``tl.gather``) into per-lag sums; the key-0 column and the map are plain stores,
-   column sums per-key atomics, and token-match sums, row entropy and per-plane InP order-free totals.
+   shears it once at the end (``tl.gather``) into per-lag sums; column sums are per-key atomics, token-match sums,
+   row entropy (``sum_j A_ij (lse_i - s_ij)``, no difference of large numbers) and per-plane InP order-free totals.
+   Only the diagonals that hold the lags the measures read run (``diagonals``; the default scan reads lags 0..63
+   and 500..5000, about a quarter of the tiles at 32k tokens), unless a reduction over every pair is asked for.
+   The key-0 column and the map of the first positions need no pass: ``exp(s - lse)`` on those few logits.
 
 Why two passes and not one online pass: flash attention's single pass rescales its running ``P @ V`` when the
 row maximum grows, which works for a linear accumulator but not for the tile reductions (a per-lag sum mixes rows
 whose normalisers are not known yet; entropy needs the final normaliser). The second pass costs one more ``Q K^T``
-and ``exp`` per tile; storing unnormalised per-row sums and rescaling them at the end would need
-``[head, pos, pos]``-sized buffers for the lag sums. Query-block programs for pass 2 (a gather and atomics per tile)
-measured 6.6x PyTorch's sdpa per layer at 32k tokens on an H100; the diagonal programs 3.2x. ``Q K^T`` and ``P @ V``
-run on tensor cores in the inputs' dtype (float32 inputs in IEEE float32, so float32 scans are exact).
+and ``exp`` per tile it visits; storing unnormalised per-row sums and rescaling them at the end would need
+``[head, pos, pos]``-sized buffers for the lag sums. ``Q K^T`` and ``P @ V`` run on tensor cores in the inputs'
+dtype (float32 inputs in IEEE float32, so float32 scans are exact). Offsets into q, k, v and the output are int64
+(``pos * head * d_head`` passes 2^31 at 512k tokens of an 8B model's shapes).
 
-The pre-RoPE key-0 weight reuses pass 1 on the pre-RoPE vectors: ``A_pre[i, 0] = exp(s_pre[i, 0] - lse_pre_i)``.
+The exact pre-RoPE key-0 weight (``counterfactual_queries=0``) reuses pass 1 without v on the pre-RoPE vectors in
+the inputs' dtype: ``A_pre[i, 0] = exp(s_pre[i, 0] - lse_pre_i)``; the default estimate is computed by the collector.
 
 Low-level module: imports torch, triton (``available()`` is False without it) and ``interp.engine.kernels``' pairing helper.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
 import torch
 
 from interp.engine.kernels import rotate_half_planes
+from interp.engine.phases import phase
 
 try:  # an optional extra: pip install -e '.[gpu]'
     import triton
@@ -44,16 +55,6 @@ except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
 
 LAG_TILE = 64  # queries and keys per tile of pass 2 on a GPU (the lag shear needs square tiles)
-
-
-def _launch(d_head: int, block: int | None) -> tuple[dict, dict, int]:
-    """Tile sizes and launch settings ``(pass-1 kwargs, pass-2 kwargs, T)``: a fixed ``block`` (the interpreter, the
-    tests) or, on a GPU, the flash-attention tutorial's Hopper settings for pass 1 and 64 x 64 tiles for pass 2."""
-    if block is not None:
-        return dict(BM=block, BN=block), {}, block
-    big = d_head > 128  # a 128 x 256 query tile would spill registers
-    return (dict(BM=64 if big else 128, BN=64, num_warps=4 if big else 8, num_stages=3),
-            dict(num_warps=4, num_stages=3), LAG_TILE)
 
 
 def interpreted() -> bool:
@@ -74,72 +75,100 @@ def available(device: torch.device | str | None = None) -> bool:
 
 if triton is not None:
 
+    LOG2E: tl.constexpr = 1.4426950408889634  # exp(x) = exp2(x log2 e): exp2 is the GPU's native instruction
+    LN2: tl.constexpr = 0.6931471805599453
+
     @triton.jit
-    def _tile_logits(q, k, i, j, N, scale, softcap, window,
-                     HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr, PREC: tl.constexpr):
-        """Scaled, soft-capped logits of a [BM, BN] tile and its visibility mask (causal, window, j < N)."""
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
+    def _tile_logits2(q, k, i, j, N, scale, softcap, window, HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr,
+                      PREC: tl.constexpr, MASK: tl.constexpr):
+        """Scaled, soft-capped logits of a [BM, BN] tile in log2 units (``s log2 e``), -inf where not visible.
+
+        ``MASK=False``: the caller guarantees every pair is visible (causal, window, j < N), so no mask is built."""
+        s = tl.dot(q, tl.trans(k), input_precision=PREC)
         if HAS_CAP:  # c * tanh(x / c), tanh through exp (exact at +-inf: 1 - 2 / (inf + 1) = 1)
-            s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
-        vis = (j[None, :] <= i[:, None]) & (j[None, :] < N)
-        if HAS_WIN:
-            vis = vis & ((i[:, None] - j[None, :]) < window)
-        return s, vis
+            s = s * scale
+            s = (softcap * LOG2E) * (1.0 - 2.0 / (tl.exp2((2.0 * LOG2E / softcap) * s) + 1.0))
+        else:
+            s = s * (scale * LOG2E)
+        if MASK:
+            vis = (j[None, :] <= i[:, None]) & (j[None, :] < N)
+            if HAS_WIN:
+                vis = vis & ((i[:, None] - j[None, :]) < window)
+            s = tl.where(vis, s, float("-inf"))
+        return s
 
     @triton.jit
-    def _key_start(i0, window, HAS_WIN: tl.constexpr, BN: tl.constexpr):
-        """First key tile a query block can see (a multiple of BN)."""
-        if HAS_WIN:
-            return (tl.maximum(i0 - window + 1, 0) // BN) * BN
-        return 0
+    def _forward_step(q, K, V, kvh, sk_n, sk_h, j0, i, d, m, acc, o, N, scale, softcap, window, D: tl.constexpr,
+                      BN: tl.constexpr, HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr, PREC: tl.constexpr,
+                      HAS_V: tl.constexpr, MASK: tl.constexpr):
+        """One key tile of the online softmax (log2 units): the updated running max ``m``, sum ``acc`` and output ``o``."""
+        j = j0 + tl.arange(0, BN)
+        koff = j.to(tl.int64)[:, None] * sk_n + kvh * sk_h + d[None, :]
+        kmask = (j[:, None] < N) & (d[None, :] < D)
+        k = tl.load(K + koff, mask=kmask, other=0.0)
+        s = _tile_logits2(q, k, i, j, N, scale, softcap, window, HAS_CAP, HAS_WIN, PREC, MASK)
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+        alpha = tl.exp2(m - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        acc = acc * alpha + tl.sum(p, axis=1)
+        if HAS_V:
+            v = tl.load(V + koff, mask=kmask, other=0.0)
+            o = o * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        return m_new, acc, o
 
     @triton.jit
-    def _forward_kernel(Q, K, V, OUT, LSE, sq_n, sq_h, sk_n, sk_h, so_n, so_h, N, scale, softcap, window,
+    def _forward_kernel(Q, K, V, OUT, LSE, sq_n, sq_h, sk_n, sk_h, so_n, so_h, N, NB, scale, softcap, window,
                         G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                         HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr, PREC: tl.constexpr, HAS_V: tl.constexpr):
-        """Pass 1, one block of BM queries of head h: ``LSE[h, i]`` (float32) and, with V, ``OUT = softmax(S) V`` (online)."""
+        """Pass 1, one block of BM queries of head h: ``LSE[h, i]`` (float32, natural log) and, with V,
+        ``OUT = softmax(S) V`` (online, in OUT's dtype). The key tiles split in three runs: the window's lower edge
+        (masked), the interior every row sees whole (no mask), the diagonal (masked). ``NB``: the autotuner's key."""
         pid, h = tl.program_id(0), tl.program_id(1)
         kvh = h // G
         i0 = pid * BM
         i = i0 + tl.arange(0, BM)
         d = tl.arange(0, DP)
         row_ok = i < N
-        q = tl.load(Q + i[:, None] * sq_n + h * sq_h + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+        qoff = i.to(tl.int64)[:, None] * sq_n + h * sq_h + d[None, :]
+        q = tl.load(Q + qoff, mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
         m = tl.full([BM], float("-inf"), tl.float32)
         acc = tl.zeros([BM], tl.float32)
         o = tl.zeros([BM, DP], tl.float32)
-        hi = tl.minimum(i0 + BM, N)
-        for j0 in range(_key_start(i0, window, HAS_WIN, BN), hi, BN):
-            j = j0 + tl.arange(0, BN)
-            k = tl.load(K + j[:, None] * sk_n + kvh * sk_h + d[None, :], mask=(j[:, None] < N) & (d[None, :] < D), other=0.0)
-            s, vis = _tile_logits(q, k, i, j, N, scale, softcap, window, HAS_CAP, HAS_WIN, PREC)
-            s = tl.where(vis, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
-            alpha = tl.exp(m - m_safe)
-            p = tl.exp(s - m_safe[:, None])
-            acc = acc * alpha + tl.sum(p, axis=1)
-            if HAS_V:
-                v = tl.load(V + j[:, None] * sk_n + kvh * sk_h + d[None, :], mask=(j[:, None] < N) & (d[None, :] < D), other=0.0)
-                o = o * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
-            m = m_new
+        lo = 0
+        mid = 0
+        if HAS_WIN:  # first tile any row sees; first tile every row sees whole
+            lo = (tl.maximum(i0 - window + 1, 0) // BN) * BN
+            mid = tl.minimum(tl.maximum(((tl.maximum(i0 + BM - window, 0) + BN - 1) // BN) * BN, lo), i0)
+        for j0 in range(lo, mid, BN):
+            m, acc, o = _forward_step(q, K, V, kvh, sk_n, sk_h, j0, i, d, m, acc, o, N, scale, softcap, window, D, BN,
+                                      HAS_CAP, HAS_WIN, PREC, HAS_V, True)
+        for j0 in range(mid, i0, BN):
+            m, acc, o = _forward_step(q, K, V, kvh, sk_n, sk_h, j0, i, d, m, acc, o, N, scale, softcap, window, D, BN,
+                                      HAS_CAP, HAS_WIN, PREC, HAS_V, False)
+        for j0 in range(i0, tl.minimum(i0 + BM, N), BN):
+            m, acc, o = _forward_step(q, K, V, kvh, sk_n, sk_h, j0, i, d, m, acc, o, N, scale, softcap, window, D, BN,
+                                      HAS_CAP, HAS_WIN, PREC, HAS_V, True)
         acc = tl.where(row_ok, acc, 1.0)  # padding rows: no log(0)
-        tl.store(LSE + h * N + i, m + tl.log(acc), mask=row_ok)
+        tl.store(LSE + h * N + i, (m + tl.log2(acc)) * LN2, mask=row_ok)
         if HAS_V:
-            tl.store(OUT + i[:, None] * so_n + h * so_h + d[None, :], o / acc[:, None], mask=row_ok[:, None] & (d[None, :] < D))
+            ooff = i.to(tl.int64)[:, None] * so_n + h * so_h + d[None, :]
+            tl.store(OUT + ooff, (o / acc[:, None]).to(OUT.dtype.element_ty), mask=row_ok[:, None] & (d[None, :] < D))
 
     @triton.jit
-    def _stats_kernel(Q, K, LSE, LAG, KEY0, MAP, TOK, TM, ENT, KMASS, INPS, INPA,
-                      sq_n, sq_h, sk_n, sk_h, N, scale, softcap, window, skip, M, n_qb, n_diag,
+    def _stats_kernel(Q, K, LSE, DIAGS, LAG, TOK, TM, ENT, KMASS, INPS, INPA,
+                      sq_n, sq_h, sk_n, sk_h, N, scale, softcap, window, skip, n_qb, n_prog,
                       G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, F: tl.constexpr, FP: tl.constexpr,
                       T: tl.constexpr, HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr, PREC: tl.constexpr,
-                      DO_LAG: tl.constexpr, DO_KEY0: tl.constexpr, DO_MAP: tl.constexpr, DO_TM: tl.constexpr,
-                      DO_ENT: tl.constexpr, DO_KMASS: tl.constexpr, DO_INP: tl.constexpr):
-        """Pass 2, one tile diagonal of head h: the tiles (query block b, key block b - t) for every b, so that every
-        tile puts its lag-``delta`` entries on the same ``2T - 1`` lags ``t T + (r - c)``. The program sums the tiles'
-        probabilities into one ``[T, T]`` register tile and shears it once at the end (``tl.gather``), so per-lag sums
-        cost one add per tile entry; the other reductions are order-free totals, per-key sums or plain stores."""
-        t, h = tl.program_id(0), tl.program_id(1)
+                      DO_LAG: tl.constexpr, DO_TM: tl.constexpr, DO_ENT: tl.constexpr, DO_KMASS: tl.constexpr,
+                      DO_INP: tl.constexpr):
+        """Pass 2, one tile diagonal ``t = DIAGS[program]`` of head h: the tiles (query block b, key block b - t) for
+        every b, so that every tile puts its lag-``delta`` entries on the same ``2T - 1`` lags ``t T + (r - c)``. The
+        program sums the tiles' probabilities into one ``[T, T]`` register tile and shears it once at the end
+        (``tl.gather``), so per-lag sums cost one add per tile entry; the other reductions are order-free totals or
+        per-key sums. Only the diagonals in DIAGS run (those holding the lags the measures read, or all of them)."""
+        pid, h = tl.program_id(0), tl.program_id(1)
+        t = tl.load(DIAGS + pid)
         kvh = h // G
         r = tl.arange(0, T)
         c = tl.arange(0, T)
@@ -149,7 +178,7 @@ if triton is not None:
         t_prev = tl.zeros([T], tl.float32)
         t_dup = tl.zeros([T], tl.float32)
         t_ind = tl.zeros([T], tl.float32)
-        e_raw = tl.zeros([T], tl.float32)  # sum_j A_ij s_ij (row entropy = lse_i - this)
+        e_raw = tl.zeros([T], tl.float32)  # sum_j A_ij (lse_i - s_ij) in log2 units: the row entropy / ln 2
         e_norm = tl.zeros([T], tl.float32)  # the same over log(#visible keys of row i)
         inp_s = tl.zeros([FP], tl.float64)
         inp_a = tl.zeros([FP], tl.float64)
@@ -159,20 +188,14 @@ if triton is not None:
             i = i0 + r
             j = j0 + c
             row_ok = i < N
-            q = tl.load(Q + i[:, None] * sq_n + h * sq_h + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
-            k = tl.load(K + j[:, None] * sk_n + kvh * sk_h + d[None, :], mask=(j[:, None] < N) & (d[None, :] < D), other=0.0)
-            lse = tl.load(LSE + h * N + i, mask=row_ok, other=0.0)
-            s, vis = _tile_logits(q, k, i, j, N, scale, softcap, window, HAS_CAP, HAS_WIN, PREC)
-            vis = vis & row_ok[:, None]
-            p = tl.where(vis, tl.exp(s - lse[:, None]), 0.0)
+            q = tl.load(Q + i.to(tl.int64)[:, None] * sq_n + h * sq_h + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+            k = tl.load(K + j.to(tl.int64)[:, None] * sk_n + kvh * sk_h + d[None, :], mask=(j[:, None] < N) & (d[None, :] < D), other=0.0)
+            lse2 = tl.load(LSE + h * N + i, mask=row_ok, other=0.0) * LOG2E
+            s2 = _tile_logits2(q, k, i, j, N, scale, softcap, window, HAS_CAP, HAS_WIN, PREC, True)
+            vis = (s2 != float("-inf")) & row_ok[:, None]
+            p = tl.where(vis, tl.exp2(s2 - lse2[:, None]), 0.0)
             if DO_LAG:
                 psum += tl.where(j[None, :] >= skip, p, 0.0)
-            if DO_KEY0:
-                if j0 == 0:
-                    tl.store(KEY0 + h * N + i, tl.sum(tl.where(c[None, :] == 0, p, 0.0), axis=1), mask=row_ok)
-            if DO_MAP:
-                if i0 < M:
-                    tl.store(MAP + (h * M + i[:, None]) * M + j[None, :], p, mask=(i[:, None] < M) & (j[None, :] < M))
             if DO_TM:  # TransformerLens head_detector patterns (interp.attention.token_match_masks)
                 tok_i = tl.load(TOK + i, mask=row_ok, other=-1)
                 tok_j = tl.load(TOK + j, mask=j < N, other=-2)
@@ -180,8 +203,8 @@ if triton is not None:
                 t_prev += tl.sum(tl.where(j[None, :] == i[:, None] - 1, p, 0.0), axis=1)
                 t_dup += tl.sum(tl.where((j[None, :] < i[:, None]) & (tok_j[None, :] == tok_i[:, None]), p, 0.0), axis=1)
                 t_ind += tl.sum(tl.where((j[None, :] >= 1) & (tok_jm1[None, :] == tok_i[:, None]), p, 0.0), axis=1)
-            if DO_ENT:
-                ps_row = tl.sum(tl.where(vis, p * s, 0.0), axis=1)
+            if DO_ENT:  # -sum_j A log A = sum_j A (lse - s): no difference of two large numbers (exact at long N)
+                ps_row = tl.sum(p * tl.where(vis, lse2[:, None] - s2, 0.0), axis=1)
                 n_vis = i + 1
                 if HAS_WIN:
                     n_vis = tl.minimum(n_vis, window)
@@ -193,10 +216,10 @@ if triton is not None:
             if DO_INP:  # per-plane q.k over visible pairs with keys >= skip (planes (l, l + D/2)); not attention-weighted
                 pair = vis & (j[None, :] >= skip)
                 for l in range(0, F):
-                    q1 = tl.load(Q + i * sq_n + h * sq_h + l, mask=row_ok, other=0.0).to(tl.float32)
-                    q2 = tl.load(Q + i * sq_n + h * sq_h + l + F, mask=row_ok, other=0.0).to(tl.float32)
-                    k1 = tl.load(K + j * sk_n + kvh * sk_h + l, mask=j < N, other=0.0).to(tl.float32)
-                    k2 = tl.load(K + j * sk_n + kvh * sk_h + l + F, mask=j < N, other=0.0).to(tl.float32)
+                    q1 = tl.load(Q + i.to(tl.int64) * sq_n + h * sq_h + l, mask=row_ok, other=0.0).to(tl.float32)
+                    q2 = tl.load(Q + i.to(tl.int64) * sq_n + h * sq_h + l + F, mask=row_ok, other=0.0).to(tl.float32)
+                    k1 = tl.load(K + j.to(tl.int64) * sk_n + kvh * sk_h + l, mask=j < N, other=0.0).to(tl.float32)
+                    k2 = tl.load(K + j.to(tl.int64) * sk_n + kvh * sk_h + l + F, mask=j < N, other=0.0).to(tl.float32)
                     prod = tl.where(pair, q1[:, None] * k1[None, :] + q2[:, None] * k2[None, :], 0.0)
                     ps = tl.sum(tl.sum(prod, axis=1), axis=0).to(tl.float64)
                     pa = tl.sum(tl.sum(tl.abs(prod), axis=1), axis=0).to(tl.float64)
@@ -212,7 +235,7 @@ if triton is not None:
             lag_hi = t * T + 1 + u
             tl.atomic_add(LAG + h * N + lag_lo, lo, mask=(lag_lo >= 0) & (lag_lo < N), sem="relaxed")
             tl.atomic_add(LAG + h * N + lag_hi, hi, mask=(lag_hi >= 0) & (lag_hi < N), sem="relaxed")
-        part = h * n_diag + t  # per-program partial totals, added up on the host side in a fixed order
+        part = h * n_prog + pid  # per-program partial totals, added up on the host side in a fixed order
         if DO_TM:
             tl.store(TM + part * 3 + 0, tl.sum(t_prev, axis=0).to(tl.float64))
             tl.store(TM + part * 3 + 1, tl.sum(t_dup, axis=0).to(tl.float64))
@@ -223,6 +246,21 @@ if triton is not None:
         if DO_INP:
             tl.store(INPS + part * F + f, inp_s, mask=f < F)
             tl.store(INPA + part * F + f, inp_a, mask=f < F)
+
+    # Pass 1 on a GPU: the tile shape and launch settings picked by timing, once per (length bucket, head shape, mask
+    # kind); Hopper's flash-attention settings among them. Configs that do not fit the chip are skipped by the tuner.
+    _FORWARD_CONFIGS = [triton.Config(dict(BM=bm, BN=bn), num_warps=w, num_stages=st)
+                        for bm, bn, w, st in ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
+                                              (64, 32, 4, 3))]
+
+    def _prune(configs, named_args, **kwargs):
+        """d_head above 128: only the 64-query tiles (a 128 x 256 query tile spills registers); else the larger ones."""
+        big = named_args.get("DP", kwargs.get("DP", 128)) > 128
+        keep = [c for c in configs if (c.kwargs["BM"] <= 64 and c.kwargs["BN"] <= 64) == big]
+        return keep or configs
+
+    _forward_tuned = triton.autotune(_FORWARD_CONFIGS, key=["NB", "D", "G", "HAS_CAP", "HAS_WIN", "HAS_V", "PREC"],
+                                     prune_configs_by={"early_config_prune": _prune})(_forward_kernel)
 
 
 def _pow2(n: int) -> int:
@@ -242,26 +280,62 @@ def _args(q, k, scale, window, softcap):
                 PREC=_precision(q.dtype))
 
 
-def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: float, window: int | None = None,
-            softcap: float | None = None, block: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """Pass 1: ``(out [pos, head, d_head] float32 or None without v, lse [head, pos] float32)``.
+def check_window(window: int | None) -> None:
+    """Raise ValueError for a sliding window that hides every key (``window < 1``; None is full causal attention)."""
+    if window is not None and window < 1:
+        raise ValueError(f"a sliding window must see at least the query itself (window >= 1), got {window}; "
+                         f"use None for full causal attention")
+
+
+def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: float, window: int | None = None,
+                   softcap: float | None = None, block: int | tuple[int, int] | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Pass 1 on the Triton kernel: ``(out [pos, head, d_head] in v's dtype or None without v, lse [head, pos] float32)``.
 
     ``lse_i`` is the natural-log log-sum-exp of row i's scaled, soft-capped, masked logits; ``out`` the layer's
-    attention output (online softmax, as flash attention). Args as ``stream_layer``. (PyTorch's own flash attention
-    also returns ``lse``, but with the kv heads repeated for it and its output cast it measured slower on an H100:
-    25.9 ms against 22.8 ms for this kernel at 32k tokens, Llama-3.1-8B's head shapes.)
+    attention output (online softmax in log2 units, as flash attention). ``block``: a fixed tile, square or
+    ``(queries, keys)`` (the interpreter, the tests; powers of two >= 16); None on a GPU autotunes the tile and launch
+    settings (``_FORWARD_CONFIGS``). q, k, v may be strided views (only the last axis must be contiguous).
+
+    Raises:
+        ValueError: ``window < 1``.
     """
+    check_window(window)
     N, H, D = q.shape
     a = _args(q, k, scale, window, softcap)
     lse = torch.empty(H, N, dtype=torch.float32, device=q.device)
-    out = torch.empty(N, H, D, dtype=torch.float32, device=q.device) if v is not None else None
+    out = torch.empty(N, H, D, dtype=v.dtype, device=q.device) if v is not None else None
     so = (out.stride(0), out.stride(1)) if out is not None else (0, 0)
-    kw, _, _ = _launch(D, block)
-    _forward_kernel[(triton.cdiv(N, kw["BM"]), H)](
-        q, k, v if v is not None else k, out if out is not None else lse, lse, q.stride(0), q.stride(1), k.stride(0),
-        k.stride(1), so[0], so[1], N, a["scale"], a["softcap"], a["window"], G=a["G"], D=D, DP=a["DP"],
-        HAS_CAP=a["HAS_CAP"], HAS_WIN=a["HAS_WIN"], PREC=a["PREC"], HAS_V=v is not None, **kw)
+    args = (q, k, v if v is not None else k, out if out is not None else lse, lse, q.stride(0), q.stride(1), k.stride(0),
+            k.stride(1), so[0], so[1], N, _pow2(N), a["scale"], a["softcap"], a["window"])
+    kw = dict(G=a["G"], D=D, DP=a["DP"], HAS_CAP=a["HAS_CAP"], HAS_WIN=a["HAS_WIN"], PREC=a["PREC"], HAS_V=v is not None)
+    if block is None:
+        _forward_tuned[lambda meta: (triton.cdiv(N, meta["BM"]), H)](*args, **kw)
+    else:
+        bm, bn = (block, block) if isinstance(block, int) else block
+        _forward_kernel[(triton.cdiv(N, bm), H)](*args, BM=bm, BN=bn, **kw)
     return out, lse
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: float, window: int | None = None,
+            softcap: float | None = None, block: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Pass 1: ``(out [pos, head, d_head] or None without v, lse [head, pos] float32)`` from the fastest exact kernel.
+
+    On a GPU with ``block=None`` a layer that PyTorch's fused attention can run (16-bit inputs, no window, no
+    soft-cap, output wanted) goes to the backend that ``interp.engine.kernels.sdpa_lse`` measured fastest for its shape
+    (cuDNN, FlashAttention or this module's Triton kernel; each candidate's log-sum-exp is checked against a float32
+    recomputation first); everything else runs ``triton_forward``.
+
+    Raises:
+        ValueError: ``window < 1``.
+    """
+    from interp.engine.kernels import sdpa_lse
+
+    check_window(window)
+    if block is None and q.is_cuda and v is not None:
+        r = sdpa_lse.run(q, k, v, scale, window, softcap, lambda: triton_forward(q, k, v, scale, window, softcap))
+        if r is not None:
+            return r
+    return triton_forward(q, k, v, scale, window, softcap, block)
 
 
 def key0_weight(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float, window: int | None,
@@ -278,90 +352,131 @@ def key0_weight(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: floa
     return w
 
 
-def _row_weights(N: int, window: int | None, device) -> torch.Tensor:
-    """``[pos]`` ``1 / log(#visible keys)`` of each row (0 for rows that see one key)."""
-    n = torch.arange(1, N + 1, device=device, dtype=torch.float32)
-    if window is not None:
-        n = n.clamp(max=window)
-    return torch.where(n > 1, 1.0 / torch.log(n.clamp(min=2)), torch.zeros_like(n))
+def map_weights(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float, window: int | None,
+                softcap: float | None, size: int) -> torch.Tensor:
+    """``[head, size, size]`` float64 ``A[:M, :M]`` (``M = min(size, pos)``, zero-padded) from the rows' log-sum-exp:
+    ``exp(s_ij - lse_i)`` on the visible pairs, computed in float32 (a few thousand logits)."""
+    N, H, _ = q.shape
+    M = min(size, N)
+    qm = q[:M].float()
+    km = k[:M].float().repeat_interleave(H // k.shape[1], dim=1)
+    s = torch.einsum("ihd,jhd->hij", qm, km) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    pos = torch.arange(M, device=q.device)
+    lag = pos[:, None] - pos[None, :]
+    vis = (lag >= 0) & (lag < window) if window is not None else lag >= 0
+    full = torch.zeros(H, size, size, dtype=torch.float64, device=q.device)
+    full[:, :M, :M] = torch.where(vis, torch.exp(s - lse[:, :M, None]), 0.0).double()
+    return full
+
+
+def diagonals(N: int, T: int, window: int | None, lags: tuple[tuple[int, int], ...] | None) -> list[int]:
+    """The tile diagonals ``t`` (tiles (b, b - t)) pass 2 must visit: those inside the window whose lags
+    ``t T - (T - 1) .. t T + T - 1`` meet one of the inclusive ``lags`` ranges (every one when ``lags`` is None)."""
+    n_qb = -(-N // T)
+    n_diag = n_qb if window is None else min(n_qb, (window + T - 2) // T + 1)
+    if lags is None:
+        return list(range(n_diag))
+    return [t for t in range(n_diag) if any(lo <= t * T + T - 1 and hi >= t * T - (T - 1) for lo, hi in lags)]
+
+
+@functools.lru_cache(maxsize=64)
+def _on_device(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``values`` as an int32 tensor on ``device``, made once: a host-to-device copy of pageable memory waits for the
+    GPU's queue to drain, so one per layer would serialise the scan."""
+    return torch.tensor(values, dtype=torch.int32, device=device)
 
 
 def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | None, block: int | None, skip: int, map_size: int,
                  q_pre=None, k_pre=None, inp_pairing: str | None = None, tokens=None, *, lag: bool = True, key0: bool = True,
-                 amap: bool = True, entropy: bool = False, key_mass: bool = False):
+                 amap: bool = True, entropy: bool = False, key_mass: bool = False,
+                 lags: tuple[tuple[int, int], ...] | None = None):
     """One layer's exact attention and reductions on the Triton kernels (GPU, or CPU under ``TRITON_INTERPRET=1``).
 
-    Pass 1 (``forward``) gives the output and the row normalisers; pass 2 recomputes each tile's logits and takes
-    ``A = exp(s - lse)`` (exact) into the reductions (module docstring).
+    Pass 1 (``forward``) gives the output and the row normalisers; pass 2 recomputes the tiles the reductions need
+    and takes ``A = exp(s - lse)`` (exact) into them (module docstring). The key-0 column and the map of the first
+    positions come from the normalisers directly (``key0_weight``, ``map_weights``: ``O(pos)`` and ``O(M^2)`` logits),
+    so pass 2 runs only where a tile reduction needs it: the diagonals of the ``lags`` ranges, or every diagonal when
+    token-match, entropy, column-sum or InP sums are asked for.
 
     Args:
         q: ``[pos, head, d_head]`` post-RoPE queries; k, v: ``[pos, kv_head, d_head]`` (float32, bfloat16 or float16,
             one device; ``v=None``: reductions only). scale, window, softcap, skip, map_size, q_pre, k_pre, tokens: as
             ``interp.engine.kernels.stream_layer``. block: queries and keys per tile (a power of two >= 16), or None for
-            the GPU settings (``_launch``); the results do not depend on it beyond float rounding.
+            the GPU settings (autotuned pass 1, ``LAG_TILE`` for pass 2); the results do not depend on it beyond float
+            rounding.
         inp_pairing: ``"rotate_half"`` or ``"interleaved"`` to also sum the per-plane InP, as the CPU kernel; None skips it.
         lag, key0, amap, entropy, key_mass: which reductions to compute (the others come back None).
+        lags: inclusive ``(lo, hi)`` lag ranges whose sums are needed (None: every lag); the sums of other lags may be
+            left at 0 (they are whenever pass 2 can skip their diagonals).
 
     Returns:
-        dict with ``out [pos, head, d_head]`` float32 (None without v), ``lse [head, pos]`` float32, ``lag [head, pos]``
+        dict with ``out [pos, head, d_head]`` in v's dtype (None without v), ``lse [head, pos]`` float32, ``lag [head, pos]``
         float64 (sum over queries of ``A[i, i - delta]``, keys >= skip), ``key0 [head, pos]`` float32 (``A[i, 0]``),
         ``map [head, M, M]`` float64 (``A[:M, :M]``), ``key0_pre [head, pos]`` float32 (with q_pre/k_pre), ``inp_signed``
         / ``inp_abs`` ``[head, freq]`` float64, ``token_match [head, 3]`` float64, ``entropy [head, 2]`` float64 (sums
         over queries of the row entropy in nats and of it over ``log(#visible keys)``), ``key_mass [head, pos]``
         float64 (column sums); a reduction not asked for is None.
 
+    Determinism: the per-lag sums and column sums are added with float atomics across programs (a lag lies on two
+    neighbouring diagonals), so on a GPU their last bits can change from run to run (float32 addition order; the
+    tests bound the spread); every other output is run-to-run identical.
+
     Raises:
-        ValueError: ``block`` not a power of two >= 16, tensors on different devices, or an unknown pairing.
+        ValueError: ``block`` not a power of two >= 16, tensors on different devices, an unknown pairing, ``window < 1``.
     """
     if block is not None and (block < 16 or block & (block - 1)):
         raise ValueError(f"the Triton kernel needs a tile that is a power of two >= 16, got {block}")
     if len({t.device for t in (q, k) + ((v,) if v is not None else ())}) != 1:
         raise ValueError("q, k and v must be on one device")
+    check_window(window)
     inp = inp_pairing is not None
     q, k = rotate_half_planes(q, k, inp_pairing)
     N, H, D = q.shape
     F = D // 2
     a = _args(q, k, scale, window, softcap)
     dev = q.device
-    q, k = q.contiguous(), k.contiguous()
-    v = v.to(q.dtype).contiguous() if v is not None else None
-    out, lse = forward(q, k, v, scale, window, softcap, block)
-    _, kw2, block = _launch(D, block)
-    n_qb = triton.cdiv(N, block)
-    n_diag = n_qb if window is None else min(n_qb, (window + block - 2) // block + 1)
+    rows = lambda t: t if t.stride(-1) == 1 else t.contiguous()  # noqa: E731  the kernels take row and head strides
+    q, k = rows(q), rows(k)
+    v = rows(v.to(q.dtype)) if v is not None else None
+    with phase("attention", dev):
+        out, lse = forward(q, k, v, scale, window, softcap, block)
+    T = LAG_TILE if block is None else block
+    n_qb = triton.cdiv(N, T)
+    full = tokens is not None or entropy or key_mass or inp
+    diags = diagonals(N, T, window, None if full else lags) if (lag or full) else []
     f32 = dict(dtype=torch.float32, device=dev)
     f64 = dict(dtype=torch.float64, device=dev)
-    M = min(map_size, N)
+    P = max(len(diags), 1)
     lag_t = torch.zeros(H, N, **f32) if lag else None
-    key0_t = torch.zeros(H, N, **f32) if key0 else None
-    map_t = torch.zeros(H, M, M, **f32) if amap else None
-    tm = torch.zeros(H, n_diag, 3, **f64) if tokens is not None else None
-    ent = torch.zeros(H, n_diag, 2, **f64) if entropy else None
+    tm = torch.zeros(H, P, 3, **f64) if tokens is not None else None
+    ent = torch.zeros(H, P, 2, **f64) if entropy else None
     km = torch.zeros(H, N, **f32) if key_mass else None
-    inp_s = torch.zeros(H, n_diag, F, **f64) if inp else None
-    inp_a = torch.zeros(H, n_diag, F, **f64) if inp else None
+    inp_s = torch.zeros(H, P, F, **f64) if inp else None
+    inp_a = torch.zeros(H, P, F, **f64) if inp else None
     tok = tokens.to(dev, torch.int64).contiguous() if tokens is not None else None
     pick = lambda t: lse if t is None else t  # noqa: E731  a stand-in for buffers a specialisation never touches
-    _stats_kernel[(n_diag, H)](
-        q, k, lse, pick(lag_t), pick(key0_t), pick(map_t), pick(tok), pick(tm), pick(ent), pick(km), pick(inp_s),
-        pick(inp_a), q.stride(0), q.stride(1), k.stride(0), k.stride(1), N, a["scale"], a["softcap"], a["window"],
-        int(skip), M, n_qb, n_diag, G=a["G"], D=D, DP=a["DP"], F=max(F, 1), FP=max(16, _pow2(F)), T=block,
-        HAS_CAP=a["HAS_CAP"], HAS_WIN=a["HAS_WIN"], PREC=a["PREC"], DO_LAG=lag, DO_KEY0=key0, DO_MAP=amap,
-        DO_TM=tokens is not None, DO_ENT=entropy, DO_KMASS=key_mass, DO_INP=inp, **kw2)
-    res = {"out": out, "lse": lse, "lag": lag_t.double() if lag else None, "key0": key0_t, "map": None,
-           "token_match": tm.sum(1) if tm is not None else None, "key_mass": km.double() if km is not None else None,
-           "inp_signed": inp_s.sum(1) if inp else None, "inp_abs": inp_a.sum(1) if inp else None, "key0_pre": None,
-           "entropy": None}
-    if entropy:  # row entropy = lse_i - sum_j A_ij s_ij; the lse parts are added here
-        w = _row_weights(N, window, dev)
-        ps = ent.sum(1)
-        res["entropy"] = torch.stack([lse.double().sum(1) - ps[:, 0], (lse * w).double().sum(1) - ps[:, 1]], dim=1)
-    if amap:
-        full = torch.zeros(H, map_size, map_size, **f64)
-        full[:, :M, :M] = map_t
-        res["map"] = full
+    with phase("stats", dev):
+        if diags:
+            kw2 = dict(num_warps=4, num_stages=3) if block is None else {}
+            _stats_kernel[(len(diags), H)](
+                q, k, lse, _on_device(tuple(diags), dev), pick(lag_t), pick(tok), pick(tm), pick(ent),
+                pick(km), pick(inp_s), pick(inp_a), q.stride(0), q.stride(1), k.stride(0), k.stride(1), N, a["scale"],
+                a["softcap"], a["window"], int(skip), n_qb, len(diags), G=a["G"], D=D, DP=a["DP"], F=max(F, 1),
+                FP=max(16, _pow2(F)), T=T, HAS_CAP=a["HAS_CAP"], HAS_WIN=a["HAS_WIN"], PREC=a["PREC"], DO_LAG=lag,
+                DO_TM=tokens is not None, DO_ENT=entropy, DO_KMASS=key_mass, DO_INP=inp, **kw2)
+        res = {"out": out, "lse": lse, "lag": lag_t.double() if lag else None,
+               "key0": key0_weight(q, k, lse, scale, window, softcap) if key0 else None,
+               "map": map_weights(q, k, lse, scale, window, softcap, map_size) if amap else None,
+               "token_match": tm.sum(1) if tm is not None else None, "key_mass": km.double() if km is not None else None,
+               "inp_signed": inp_s.sum(1) if inp else None, "inp_abs": inp_a.sum(1) if inp else None, "key0_pre": None,
+               "entropy": None}
+        if entropy:  # the kernel summed A (lse - s) in log2 units
+            res["entropy"] = ent.sum(1) * math.log(2.0)
     if q_pre is not None:
-        qp, kp = q_pre.to(q.dtype).contiguous(), k_pre.to(q.dtype).contiguous()
-        _, lse_pre = forward(qp, kp, None, scale, window, softcap, block)
-        res["key0_pre"] = key0_weight(qp, kp, lse_pre, scale, window, softcap)
+        with phase("counterfactual", dev):
+            qp, kp = q_pre.to(q.dtype).contiguous(), k_pre.to(q.dtype).contiguous()
+            _, lse_pre = triton_forward(qp, kp, None, scale, window, softcap, block)
+            res["key0_pre"] = key0_weight(qp, kp, lse_pre, scale, window, softcap)
     return res
