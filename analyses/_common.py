@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +25,7 @@ FIGURES = ROOT / "figures"
 MODELS = ["smollm2-135m", "gemma-3-270m", "qwen2.5-coder-0.5b"]
 
 
-def save_figure(fig: go.Figure, out: Path, stem: str) -> str:
+def save_figure(fig, out: Path, stem: str) -> str:
     """Write ``out/stem.html`` (plotly.js from its CDN) and ``out/stem.png``; returns what was written.
 
     PNG export needs kaleido and a Chromium (``pip install kaleido``; ``apt-get install chromium``); without them

@@ -92,7 +92,7 @@ def _choose(key, q, k, v, scale, triton_fn) -> str:
         try:
             fn()  # warm-up (compilation, autotuning)
             ms, (_, lse) = _timed(fn)
-        except (RuntimeError, NotImplementedError, TypeError):
+        except Exception:  # noqa: BLE001  a private entry point that refuses this shape, dtype or version: not a candidate
             continue
         if (lse[:, rows] - ref).abs().max() <= LSE_TOL:
             times[name] = ms

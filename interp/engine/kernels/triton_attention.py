@@ -75,8 +75,9 @@ def available(device: torch.device | str | None = None) -> bool:
 
 if triton is not None:
 
-    LOG2E: tl.constexpr = 1.4426950408889634  # exp(x) = exp2(x log2 e): exp2 is the GPU's native instruction
-    LN2: tl.constexpr = 0.6931471805599453
+    # log2(e) = 1.4426950408889634 and ln(2) = 0.6931471805599453 are written as literals in the kernels (exp(x) =
+    # exp2(x log2 e): exp2 is the GPU's native instruction); a global would have to be a constexpr, which the
+    # interpreter does not mix with tensors
 
     @triton.jit
     def _tile_logits2(q, k, i, j, N, scale, softcap, window, HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr,
@@ -87,9 +88,9 @@ if triton is not None:
         s = tl.dot(q, tl.trans(k), input_precision=PREC)
         if HAS_CAP:  # c * tanh(x / c), tanh through exp (exact at +-inf: 1 - 2 / (inf + 1) = 1)
             s = s * scale
-            s = (softcap * LOG2E) * (1.0 - 2.0 / (tl.exp2((2.0 * LOG2E / softcap) * s) + 1.0))
+            s = (softcap * 1.4426950408889634) * (1.0 - 2.0 / (tl.exp2((2.8853900817779268 / softcap) * s) + 1.0))
         else:
-            s = s * (scale * LOG2E)
+            s = s * (scale * 1.4426950408889634)
         if MASK:
             vis = (j[None, :] <= i[:, None]) & (j[None, :] < N)
             if HAS_WIN:
@@ -150,7 +151,7 @@ if triton is not None:
             m, acc, o = _forward_step(q, K, V, kvh, sk_n, sk_h, j0, i, d, m, acc, o, N, scale, softcap, window, D, BN,
                                       HAS_CAP, HAS_WIN, PREC, HAS_V, True)
         acc = tl.where(row_ok, acc, 1.0)  # padding rows: no log(0)
-        tl.store(LSE + h * N + i, (m + tl.log2(acc)) * LN2, mask=row_ok)
+        tl.store(LSE + h * N + i, (m + tl.log2(acc)) * 0.6931471805599453, mask=row_ok)
         if HAS_V:
             ooff = i.to(tl.int64)[:, None] * so_n + h * so_h + d[None, :]
             tl.store(OUT + ooff, (o / acc[:, None]).to(OUT.dtype.element_ty), mask=row_ok[:, None] & (d[None, :] < D))
@@ -190,7 +191,7 @@ if triton is not None:
             row_ok = i < N
             q = tl.load(Q + i.to(tl.int64)[:, None] * sq_n + h * sq_h + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
             k = tl.load(K + j.to(tl.int64)[:, None] * sk_n + kvh * sk_h + d[None, :], mask=(j[:, None] < N) & (d[None, :] < D), other=0.0)
-            lse2 = tl.load(LSE + h * N + i, mask=row_ok, other=0.0) * LOG2E
+            lse2 = tl.load(LSE + h * N + i, mask=row_ok, other=0.0) * 1.4426950408889634
             s2 = _tile_logits2(q, k, i, j, N, scale, softcap, window, HAS_CAP, HAS_WIN, PREC, True)
             vis = (s2 != float("-inf")) & row_ok[:, None]
             p = tl.where(vis, tl.exp2(s2 - lse2[:, None]), 0.0)
