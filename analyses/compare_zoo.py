@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             results.append(interp.ScanResult.load(Path(loads[name]) / "state"))
             continue
         model = interp.load_model(name, device="cpu")
-        results.append(interp.scan(model, interp.corpus.prompts(model, "random" if args.quick else "pydoc", n, t)))
+        results.append(interp.scan(model, interp.corpus.prompts(model, "random" if args.quick else "pydoc", n, t),
+                                   interp.ScanConfig(counterfactual_queries=0)))  # the exact pre-RoPE sink weight (001)
     table = compare_table(results, models)
     s = summary(table)
     args.out.mkdir(parents=True, exist_ok=True)

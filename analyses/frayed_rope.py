@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         else:
             model = interp.load_model(name, device="cpu")
             p = interp.corpus.prompts(model, "random" if args.quick else "pydoc", args.prompts, max(lengths), beyond_context=True)
-            cfg = interp.ScanConfig(geometry=True, cluster_points=100 if args.quick else 1000)
+            cfg = interp.ScanConfig(geometry=True, cluster_points=100 if args.quick else 1000, counterfactual_queries=0)
             res = sweep(model, p, lengths, cfg, beyond_context=True, progress=not args.quick)
         card = res.results[res.lengths[0]].card
         s = summary(res.table, name)

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         model = interp.load_model(name, device="cpu")
         ret = retrieval_scores(name)
         res = run_atlas(model, AtlasConfig(prompts=args.prompts, tokens=args.tokens, ablate=True, n_remove=n_remove,
-                                                support=args.support),
+                                                support=args.support, scan=interp.ScanConfig(counterfactual_queries=0)),
                         retrieval_heads=ret)
         table = res.table
         table.to_csv(args.out / f"atlas_{name}.csv", index=False, float_format="%.6g")

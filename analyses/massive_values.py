@@ -108,7 +108,7 @@ def run_model(name: str, n_prompts: int, n_tokens: int, lam: float, out: Path) -
     model = interp.load_model(name, device="cpu")
     prompts = interp.corpus.prompts(model, "pydoc", n_prompts=n_prompts, n_tokens=n_tokens)
     t0 = time.perf_counter()
-    d = destruction(model, list(prompts), lam=lam, cfg=ScanConfig(massive=True, token_match=True))
+    d = destruction(model, list(prompts), lam=lam, cfg=ScanConfig(massive=True, token_match=True, counterfactual_queries=0))
     seconds = time.perf_counter() - t0
     planes = plane_table(model, d.base, lam)
     planes.insert(0, "model", name)

@@ -110,7 +110,7 @@ def geometry(directory: Path, test: np.ndarray, lengths: list[int], args) -> dic
     """Median over heads of the ``GEOMETRY`` columns at every length, from ``interp.experiments.sweep`` on the saved model."""
     loaded = interp.load_model(f"local:{directory}", device="cpu")
     p = text_lm.disjoint_windows(test, max(lengths), args.geometry_prompts)
-    cfg = interp.ScanConfig(geometry=True, cluster_points=args.cluster_points)
+    cfg = interp.ScanConfig(geometry=True, cluster_points=args.cluster_points, counterfactual_queries=0)
     res = sweep(loaded, p, lengths, cfg, beyond_context=True)
     return {n: {c: float(r.heads[c].median()) for c in GEOMETRY} for n, r in res.results.items()}
 

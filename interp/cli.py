@@ -187,6 +187,9 @@ def scan(
     inp: bool = typer.Option(False, "--inp", help="also the per-plane InP spectrum of every head (paper 004 eq. 8-9; ~+50% time)"),
     counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
                                         help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
+    counterfactual_queries: int = typer.Option(256, "--counterfactual-queries", min=0,
+                                               help="query rows per prompt for the pre-RoPE sink weight (a seeded stratified sample); "
+                                                    "0 = every query, exact"),
     device: str = DEVICE,
     dtype: str = DTYPE,
     engine: str = ENGINE,
@@ -211,7 +214,8 @@ def scan(
     from interp.engine.config import switch_on
 
     try:
-        cfg = switch_on(ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, long_min_frac=long_min_frac, inp=inp),
+        cfg = switch_on(ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, counterfactual_queries=counterfactual_queries,
+                                   long_min_frac=long_min_frac, inp=inp),
                              measure)  # checks ranges and names
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype, device_map=device_map)
@@ -457,7 +461,7 @@ def sweep(
             console.print(f"[yellow]warning:[/] lengths above {m.card.context_length} ({', '.join(str(n) for n in ns if n > m.card.context_length)}) "
                           f"are beyond {escape(m.card.name)}'s context: positions out of distribution", soft_wrap=True)
         p = corpus_mod.prompts(m, corpus, prompts, ns[-1], seed, beyond_context=beyond_context, repeats=repeats)
-        cfg = switch_on(ScanConfig(block_size=block_size, geometry=True, cluster_points=cluster_points), measure)
+        cfg = switch_on(ScanConfig(block_size=block_size, geometry=True, cluster_points=cluster_points, counterfactual_queries=0), measure)
         result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed},
                            executor=executor, workers=workers, address=address, spec=ModelSpec(model, str(m.device), dtype))
     except InterpError as err:

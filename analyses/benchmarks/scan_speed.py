@@ -4,16 +4,24 @@ For each prompt length N (default 1024, 2048, 4096, 8192) on one pydoc prompt, i
 
 - ``forward``: the plain HF forward with sdpa (the floor);
 - ``forward_decoder``: the same without the LM head (what the scan runs: it reads attention, not logits);
-- ``scan``: ``interp.scan`` with every measurement of the head-finding report plus long-range slash;
-- ``scan_nocf``: the same without the pre-RoPE counterfactual sink weight (one QK^T fewer per layer);
+- ``scan``: ``interp.scan`` with every measurement of the head-finding report plus long-range slash (the default:
+  the pre-RoPE counterfactual sink weight estimated from 256 stratified query rows per prompt);
+- ``scan_exact``: the same with the exact counterfactual (``counterfactual_queries=0``: one more QK^T per layer);
+- ``scan_nocf``: the same without the pre-RoPE counterfactual sink weight;
 - ``cache``: TransformerLens ``run_with_cache`` on every ``hook_pattern``, then diagonal means (the
   slash scores at every lag), only where the patterns fit in memory.
 
-Each measurement runs in its own subprocess (so its peak resident memory is its own), after a short
-warm-up; times are the minimum over ``--repeats``. Prints the table with the ratios scan/forward and
-cache/scan and writes ``figures/scan_speed.csv`` and ``figures/scan_speed.png``.
+Times come from one subprocess per length that loads the model once and alternates the decoder-only forward
+and the three scans ``--repeats`` times (minimum of each: the ratios are measured side by side in one process, so
+a load change on the machine hits all of them alike), then times one more default scan phase by phase
+(``interp.engine.phases``: ``attention`` = the fused kernel's exact attention with its tile statistics,
+``counterfactual``, ``measures`` = every measure's per-layer reductions, ``model`` = the rest: projections, MLPs,
+norms, the taps) and the final tables (``heads``). Peak resident memory comes from one subprocess per mode (so
+each peak is its own). Prints the table with the ratios and writes ``figures/scan_speed.csv``,
+``figures/scan_speed_phases.csv`` (one row per length and phase, seconds and share of the scan) and
+``figures/scan_speed.png``.
 
-    python analyses/benchmarks/scan_speed.py [--lengths 1024 2048 4096 8192] [--repeats 2]
+    python analyses/benchmarks/scan_speed.py [--lengths 1024 2048 4096 8192] [--repeats 2] [--model smollm2-135m]
 """
 
 from __future__ import annotations
@@ -50,6 +58,44 @@ def _rss_mb() -> float:
     return float("nan")
 
 
+SCANS = {"scan": {}, "scan_exact": {"counterfactual_queries": 0}, "scan_nocf": {"counterfactual_sinks": False}}
+PHASES = ("attention", "counterfactual", "measures")
+
+
+def side_by_side(n: int, repeats: int, model_name: str) -> dict:
+    """One process: the decoder-only forward and the three scans alternated ``repeats`` times (min of each), then one
+    default scan timed by phase and its ``heads`` table."""
+    import torch
+
+    import interp
+    from interp.engine.phases import phase_timer
+
+    model = interp.load_model(model_name, device="cpu")
+    tokens = interp.corpus.prompts(model, "pydoc", 1, n)
+    interp.engine.kernels.available()
+    with torch.inference_mode():
+        model.hf(tokens[:, :64], use_cache=False)  # warm-up
+    runs = {"forward_decoder": lambda: model.hf.base_model(tokens, use_cache=False),
+            **{m: (lambda kw=kw: interp.scan(model, tokens, interp.ScanConfig(**kw))) for m, kw in SCANS.items()}}
+    best = {m: float("inf") for m in runs}
+    for _ in range(repeats):
+        for m, fn in runs.items():
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                fn()
+            best[m] = min(best[m], time.perf_counter() - t0)
+    with phase_timer() as timer:
+        t0 = time.perf_counter()
+        res = interp.scan(model, tokens)
+        wall = time.perf_counter() - t0
+    phases = {p: timer.seconds.get(p, 0.0) for p in PHASES}
+    phases["model"] = wall - sum(phases.values())
+    t0 = time.perf_counter()
+    res.heads
+    phases["tables"] = time.perf_counter() - t0
+    return {"n": n, "seconds": best, "phases": phases, "phase_wall": wall}
+
+
 def worker(mode: str, n: int, repeats: int, model_name: str) -> dict:
     """Time one mode at one length in this process; returns seconds (min), peak and baseline RSS."""
     import torch
@@ -70,8 +116,8 @@ def worker(mode: str, n: int, repeats: int, model_name: str) -> dict:
         elif mode == "forward_decoder":
             with torch.inference_mode():
                 model.hf.base_model(tokens, use_cache=False)
-        elif mode in ("scan", "scan_nocf"):
-            interp.scan(model, tokens, interp.ScanConfig(counterfactual_sinks=mode == "scan"))
+        elif mode in SCANS:
+            interp.scan(model, tokens, interp.ScanConfig(**SCANS[mode]))
         else:
             with torch.inference_mode():
                 _, cache = model.bridge.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
@@ -103,26 +149,38 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=FIG, help="folder for the tables and the figure")
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.repeats, args.model)))
+        mode, n = args.worker[0], int(args.worker[1])
+        print(json.dumps(side_by_side(n, args.repeats, args.model) if mode == "side" else worker(mode, n, args.repeats, args.model)))
         return
-    track_outputs(FIG, __file__, sys.argv[1:])  # the parent run writes the tables; its workers only measure
+    out = args.out
+    track_outputs(out, __file__, sys.argv[1:])  # the parent run writes the tables; its workers only measure
 
     import pandas as pd
 
     from interp.models import load_model
 
     card = load_model(args.model, device="cpu").card
-    rows = []
+    rows, phase_rows, side = [], [], {}
     for n in args.lengths:
-        for mode in ("forward", "forward_decoder", "scan", "scan_nocf", "cache"):
+        cmd = [sys.executable, __file__, "--worker", "side", str(n), "--repeats", str(args.repeats), "--model", args.model]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if res.returncode != 0:
+            print(res.stderr[-2000:], file=sys.stderr)
+            raise SystemExit(f"side-by-side worker N={n} failed")
+        side[n] = json.loads(res.stdout.strip().splitlines()[-1])
+        print(f"N={n} side by side: " + ", ".join(f"{m} {s:.2f} s" for m, s in side[n]["seconds"].items()), flush=True)
+        for ph, sec in side[n]["phases"].items():
+            phase_rows.append({"n": n, "phase": ph, "seconds": sec, "share_of_scan": sec / side[n]["phase_wall"] if ph != "tables" else float("nan")})
+        for mode in ("forward", "forward_decoder", "scan", "scan_exact", "scan_nocf", "cache"):
             pattern_mb = card.n_layers * card.n_heads * n * n * 4 / 2**20
             if mode == "cache" and pattern_mb > 0.5 * _mem_available_mb():
                 print(f"N={n}: cache route skipped, its patterns need {pattern_mb / 1024:.1f} GiB", flush=True)
                 rows.append({"mode": mode, "n": n, "seconds": float("nan"), "peak_rss_mb": float("nan"), "base_rss_mb": float("nan")})
                 continue
-            reps = 1 if mode == "cache" else args.repeats
+            reps = 1  # this subprocess is for the peak memory; times come from the side-by-side run
             cmd = [sys.executable, __file__, "--worker", mode, str(n), "--repeats", str(reps), "--model", args.model]
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if res.returncode != 0:
@@ -133,13 +191,19 @@ def main() -> None:
             print(f"N={n} {mode:8s} {row['seconds']:8.2f} s  peak RSS {row['peak_rss_mb'] / 1024:6.2f} GiB", flush=True)
     df = pd.DataFrame(rows)
     wide = df.pivot(index="n", columns="mode", values="seconds")
+    for n in args.lengths:  # the ratios' times: side by side in one process (the per-mode processes give memory)
+        for m, sec in side[n]["seconds"].items():
+            wide.loc[n, m] = sec
     mem = df.pivot(index="n", columns="mode", values="peak_rss_mb") / 1024
     table = pd.DataFrame({
-        "forward_s": wide["forward"], "forward_decoder_s": wide["forward_decoder"], "scan_s": wide["scan"], "scan_nocf_s": wide["scan_nocf"], "cache_s": wide.get("cache"),
+        "forward_s": wide["forward"], "forward_decoder_s": wide["forward_decoder"], "scan_s": wide["scan"],
+        "scan_exact_s": wide["scan_exact"], "scan_nocf_s": wide["scan_nocf"], "cache_s": wide.get("cache"),
         "scan/forward": wide["scan"] / wide["forward"], "scan/forward_decoder": wide["scan"] / wide["forward_decoder"],
-        "scan_nocf/forward": wide["scan_nocf"] / wide["forward"],
+        "scan_exact/forward_decoder": wide["scan_exact"] / wide["forward_decoder"],
+        "scan_nocf/forward_decoder": wide["scan_nocf"] / wide["forward_decoder"],
         "cache/scan": wide.get("cache") / wide["scan"],
-        "peak_GiB_forward": mem["forward"], "peak_GiB_scan": mem["scan"], "peak_GiB_cache": mem.get("cache"),
+        "peak_GiB_forward": mem["forward"], "peak_GiB_scan": mem["scan"], "peak_GiB_scan_exact": mem["scan_exact"],
+        "peak_GiB_cache": mem.get("cache"),
     })
     from interp.engine import kernels
 
@@ -150,17 +214,21 @@ def main() -> None:
                f"torch {__import__('torch').__version__}, {engine}")
     print(f"\nmodel {args.model}; machine: {machine}\n")
     print(table.round(2).to_string())
-    FIG.mkdir(exist_ok=True)
-    table.assign(machine=machine, model=args.model).to_csv(FIG / "scan_speed.csv")
-    _plot(table, machine, args.model)
+    out.mkdir(parents=True, exist_ok=True)
+    table.assign(machine=machine, model=args.model).to_csv(out / "scan_speed.csv")
+    phases = pd.DataFrame(phase_rows).assign(model=args.model, machine=machine)
+    print(phases.round(3).to_string(index=False))
+    phases.to_csv(out / "scan_speed_phases.csv", index=False)
+    _plot(table, machine, args.model, out)
 
 
-def _plot(table, machine: str, model: str) -> None:
+def _plot(table, machine: str, model: str, out: Path = FIG) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time (s)", "peak resident memory (GiB)"))
-    for col, name in (("forward_s", "plain sdpa forward"), ("forward_decoder_s", "sdpa forward, no LM head"), ("scan_s", "interp scan"), ("scan_nocf_s", "scan, no counterfactual"),
+    for col, name in (("forward_s", "plain sdpa forward"), ("forward_decoder_s", "sdpa forward, no LM head"), ("scan_s", "interp scan"),
+                      ("scan_exact_s", "scan, exact counterfactual"), ("scan_nocf_s", "scan, no counterfactual"),
                       ("cache_s", "run_with_cache patterns")):
         if col in table and table[col].notna().any():
             fig.add_trace(go.Scatter(x=table.index, y=table[col], mode="lines+markers", name=name), row=1, col=1)
@@ -171,9 +239,9 @@ def _plot(table, machine: str, model: str) -> None:
     fig.update_xaxes(type="log", title="tokens per prompt")
     fig.update_layout(title=f"{model}: scan vs forward vs cache route ({machine})", width=1100, height=450)
     try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
-        fig.write_image(FIG / "scan_speed.png")
+        fig.write_image(out / "scan_speed.png")
     except Exception as err:
-        fig.write_html(FIG / "scan_speed.html", include_plotlyjs=True)
+        fig.write_html(out / "scan_speed.html", include_plotlyjs=True)
         print(f"PNG not written ({err}); wrote figures/scan_speed.html instead")
 
 

@@ -126,7 +126,8 @@ def sweep(
         model: a loaded model.
         prompts: ``[prompt, pos]`` token ids (or a list of ``[pos]`` tensors, all at least ``max(lengths)`` long).
         lengths: prefix lengths to scan.
-        config: scan settings; default ``ScanConfig(geometry=True)``.
+        config: scan settings; default ``ScanConfig(geometry=True, counterfactual_queries=0)`` (the exact pre-RoPE sink
+            weight: the sweep is paper 001's length study).
         beyond_context: allow lengths beyond the model's context.
         progress: one tqdm bar per length (prompts scanned), preceded by a line naming the length and followed by
             one with the length's scan and finalisation (head table) wall times, on stderr.
@@ -143,7 +144,7 @@ def sweep(
     """
     toks = [torch.as_tensor(p, dtype=torch.long) for p in prompts]
     ns = check_lengths(lengths, min(t.numel() for t in toks), model.card.context_length, beyond_context)
-    cfg = config or ScanConfig(geometry=True)
+    cfg = config or ScanConfig(geometry=True, counterfactual_queries=0)
     spec = spec or ModelSpec(model.card.name, str(model.device), model.card.dtype)
     actors = ray_workers(spec, workers, address) if executor == "ray" else None
     out = SweepResult({})
