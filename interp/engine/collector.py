@@ -215,7 +215,8 @@ class Collector:
 
         ``native``: the model's own q/k/v (its dtype) for the Triton engine, which reads 16-bit inputs directly.
         """
-        exact_pre = "key0_pre" in self.needs and not self.cfg.counterfactual_queries
+        rows = self.cfg.counterfactual_queries  # a prompt no longer than the sample: every row anyway, in the kernel's pass
+        exact_pre = "key0_pre" in self.needs and (not rows or q_rot.shape[0] <= rows)
         out, products = self._attention(q_rot, k_rot, v, scale, window, softcap, (q_pre, k_pre) if exact_pre else None,
                                         "inp" in self.needs, self.tokens if "token_match" in self.needs else None,
                                         frozenset(self.needs & set(ROW_PRODUCTS)), native, lags=self.lag_window)

@@ -7,7 +7,8 @@
   sample of ``counterfactual_queries`` (256) query positions per prompt (``interp.attention.stratified_rows``: one
   position drawn in each of 256 equal strata, seeded by the prompt's index; an unbiased estimate of the mean, exact
   rows, float32), which costs ``256 / pos`` of that pass; ``counterfactual_queries=0`` computes every query (the
-  exact mean; the paper-001 analyses use it). Prompts of at most 256 tokens are exact either way.
+  exact mean; the paper-001 analyses use it). Prompts of at most 256 tokens are exact either way (computed in the
+  attention kernel's own pass then).
 - Importance of token 0 (Gu et al.): mean of ``A[i, 0]`` over the queries that can see it, which for
   token 0 is every query, so it equals the sink weight; a head *has a sink* when it exceeds
   epsilon = 0.3. The sink rate of a model is the fraction of heads that have one.
