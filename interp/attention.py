@@ -220,13 +220,15 @@ def stratified_rows(n_pos: int, n_rows: int, seed: int) -> tuple[torch.Tensor, t
 def key_weight_rows(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Tensor, "pos kv_head d_head"],
                     rows: torch.Tensor, scale: float, window: int | None = None, softcap: float | None = None,
                     key: int = 0, max_elements: int = 1 << 25, rows_host: torch.Tensor | None = None,
-                    ) -> Float[torch.Tensor, "head row"]:
+                    chunk: int = 32) -> Float[torch.Tensor, "head row"]:
     """Attention of the queries at positions ``rows`` to one key: ``A[h, rows[r], key]`` (0 where masked), exact.
 
     Each row is normalised over its whole visible row (causal, window, soft-cap as the model), computed in float32
-    from q and k in chunks of rows so that a chunk's logits hold at most ``max_elements`` floats. Cost
-    ``O(len(rows) * pos * head * d_head)``: with a few hundred rows, a small fraction of one ``Q K^T``. ``rows_host``:
-    the same rows on the CPU when ``rows`` is on a GPU (chunk bounds are read there, so no call waits for the GPU).
+    from q and k, ``chunk`` sorted rows at a time (fewer when a chunk's logits would pass ``max_elements`` floats),
+    each chunk against the keys up to its last row only, in place (logits, mask, shift, exp: no softmax buffer).
+    Cost ``O(len(rows) * pos * head * d_head / 2)``: with a few hundred rows, a small fraction of one ``Q K^T``.
+    ``rows_host``: the same rows on the CPU when ``rows`` is on a GPU (chunk bounds are read there, so no call
+    waits for the GPU).
 
     Raises:
         ShapeError: q, k not ``[pos, head|kv_head, d_head]`` (``check_qk``).
@@ -234,19 +236,25 @@ def key_weight_rows(q: Float[torch.Tensor, "pos head d_head"], k: Float[torch.Te
     check_qk(q, k)
     N, H, D = q.shape
     n_kv = k.shape[1]
-    ends = (rows_host if rows_host is not None else rows.cpu()).tolist()  # chunk bounds on the host: no GPU sync
-    rows = rows.to(q.device)
+    host = rows_host if rows_host is not None else rows.cpu()  # chunk bounds are read on the host: no GPU sync
+    order = None if bool((host[1:] >= host[:-1]).all()) else torch.argsort(host)  # stratified rows come sorted
+    ends = (host if order is None else host[order]).tolist()
+    rows = rows.to(q.device) if order is None else rows.to(q.device)[order.to(q.device)]
     out = torch.zeros(H, rows.numel(), dtype=torch.float32, device=q.device)
     kt = k.float().permute(1, 2, 0)  # [kv, d, pos]
-    step = max(1, max_elements // max(1, H * N))
+    step = max(1, min(chunk, max_elements // max(1, H * N)))
     for r0 in range(0, rows.numel(), step):
         r = rows[r0 : r0 + step]
         hi = max(ends[r0 : r0 + step]) + 1
+        if key >= hi:
+            continue
         s = _logits(_grouped(q[r].float(), n_kv), kt[..., :hi], scale, softcap).view(H, r.numel(), hi)
-        s = s.masked_fill(~_visible(r, torch.arange(hi, device=q.device), window), float("-inf"))
-        w = torch.exp(s[..., key] - torch.logsumexp(s, dim=-1)) if key < hi else torch.zeros(H, r.numel(), device=q.device)
-        out[:, r0 : r0 + step] = torch.where(r >= key, w, 0.0)
-    return out
+        s.masked_fill_(~_visible(r, torch.arange(hi, device=q.device), window), float("-inf"))
+        s_key = s[..., key].clone()
+        m = s.amax(-1, keepdim=True)  # every row sees itself: finite
+        lse = m[..., 0] + s.sub_(m).exp_().sum(-1).log()
+        out[:, r0 : r0 + step] = torch.exp(s_key - lse)  # exp(-inf) = 0 where the key is masked
+    return out if order is None else out[:, torch.argsort(order).to(q.device)]
 
 
 def _shear_sum(x: torch.Tensor) -> torch.Tensor:

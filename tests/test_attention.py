@@ -106,3 +106,12 @@ def test_key_weight_rows_equals_the_pattern_column(window, softcap):
     for key in (0, 3):
         got = key_weight_rows(q, k, rows, 0.4, window, softcap, key=key, max_elements=4 * 40 * 2)  # chunks of two rows
         torch.testing.assert_close(got, A[:, rows, key], rtol=1e-5, atol=1e-6)
+
+
+def test_key_weight_rows_in_any_order():
+    from interp.attention import key_weight_rows
+
+    q, k, _ = _qkv(30, seed=6)
+    rows = torch.tensor([17, 2, 29, 9])
+    A = attention_pattern(q, k, 0.4, None, None)
+    torch.testing.assert_close(key_weight_rows(q, k, rows, 0.4, chunk=2), A[:, rows, 0], rtol=1e-5, atol=1e-6)
