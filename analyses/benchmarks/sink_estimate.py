@@ -9,7 +9,8 @@ both ways and writes:
 - ``figures/sink_estimate.csv``: one row per model: ``rows`` (sampled rows per prompt), ``max_abs_error``,
   ``mean_abs_error``, ``max_rel_error`` (over heads whose exact weight is >= 0.01), ``has_sink_equal`` (every head's
   ``has_sink`` the same: it reads the RoPE sink weight, so it must), ``other_columns_max_diff`` (the largest scaled
-  difference over every other ``heads.csv`` column: ``|a - b| / max(1, |b|)``), and the two scans' seconds.
+  difference over every other ``heads.csv`` column: ``|a - b| / max(1, |b|)``). The cost of each mode is
+  ``scan_speed.py``'s to measure (side by side, on an idle machine), not this script's.
 
     python analyses/benchmarks/sink_estimate.py [--models ...] [--quick]
 """
@@ -17,7 +18,6 @@ both ways and writes:
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +32,8 @@ KEYS = ["layer", "head"]
 
 def compare(model, prompts, rows: int) -> tuple[pd.DataFrame, dict]:
     """Scan ``prompts`` with the estimate and exactly; ``(per-head table, summary row)``."""
-    t0 = time.perf_counter()
     est = interp.scan(model, prompts, interp.ScanConfig(counterfactual_queries=rows)).heads
-    t1 = time.perf_counter()
     exact = interp.scan(model, prompts, interp.ScanConfig(counterfactual_queries=0)).heads
-    t2 = time.perf_counter()
     heads = exact[KEYS].assign(exact=exact["sink_weight_norope"], estimate=est["sink_weight_norope"])
     heads["abs_error"] = (heads["estimate"] - heads["exact"]).abs()
     big = heads["exact"] >= 0.01
@@ -45,8 +42,7 @@ def compare(model, prompts, rows: int) -> tuple[pd.DataFrame, dict]:
                 if exact[c].notna().any() else 0.0) for c in others)
     summary = {"rows": rows, "heads": len(heads), "max_abs_error": heads["abs_error"].max(), "mean_abs_error": heads["abs_error"].mean(),
                "max_rel_error": (heads["abs_error"][big] / heads["exact"][big]).max() if big.any() else float("nan"),
-               "has_sink_equal": bool((est["has_sink"] == exact["has_sink"]).all()), "other_columns_max_diff": diff,
-               "estimate_scan_s": t1 - t0, "exact_scan_s": t2 - t1}
+               "has_sink_equal": bool((est["has_sink"] == exact["has_sink"]).all()), "other_columns_max_diff": diff}
     return heads, summary
 
 
