@@ -191,6 +191,7 @@ _REF_NUM = r"[A-Z]?\d+(?:\.\d+)*[a-z]?"
 _REFERENCE_SPAN = re.compile(rf"(?<![\w.])(?:{_REF_WORD})\s*{_REF_NUM}(?:\s*(?:/|-|–|and|&)\s*{_REF_NUM})*")
 _PAPER_ID = re.compile(r"(?<![\w.,-])00[0-4](?![\w.])")  # the five papers: 000 .. 004
 _YEAR = re.compile(r"(?:(?<=et al\. )|(?<=et al\., )|(?<=ICML )|(?<=NeurIPS )|(?<=ICLR )|(?<=\())(?:19|20)\d\d\b")
+_HEAD_LAG = re.compile(r"\bL\d+H\d+(?:,?\s+at)?\s+(?:lag|delta)\s*=?\s*\d+\b")  # an SDH's name: L16H0 at lag 1
 _LIST_MARK = re.compile(r"^(?:\s*\d+\.(?=\s)|#+\s*\d+(?:\.\d+)*\.?(?=\s))", re.M)
 
 
@@ -224,7 +225,8 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
     ``version`` ...; the paper ids ``000``-``004``; a year after ``et al.`` or a venue or in parentheses; list and
     heading numbers; versions (two dots or more); and numbers that are part of a name: glued to a letter, digit,
     ``_`` or ``.`` before (``L16H0``, ``r_1``), to a letter after (``7B``, ``2D``, ``fp16``; a multiplier ``20x``
-    is still a number) or after a hyphen that follows a letter (``Gemma-3``, ``top-1``).
+    is still a number) or after a hyphen that follows a letter (``Gemma-3``, ``top-1``); and the lag that names a
+    slash-dominant head with its head (``L16H0 at lag 1``).
 
     Args:
         text: markdown.
@@ -235,7 +237,7 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
         ``(line, token)`` pairs, one per occurrence (``token`` keeps a ``%``).
     """
     masked = _code_masked(text)
-    for pattern in (_TEMPLATE, _LINK, _REFERENCE_SPAN, _PAPER_ID, _YEAR, _LIST_MARK):
+    for pattern in (_TEMPLATE, _LINK, _REFERENCE_SPAN, _PAPER_ID, _YEAR, _LIST_MARK, _HEAD_LAG):
         masked = _blank(masked, pattern)
     for phrase in sorted(allow or (), key=len, reverse=True):
         masked = _blank(masked, re.compile(re.escape(phrase)))
