@@ -28,6 +28,7 @@ SCRIPTS = {
     "compare_zoo": HERE / "compare_zoo.py",
     "ood_ratio": HERE / "ood_ratio.py",
     "massive_values": HERE / "massive_values.py",
+    "band_dose": HERE / "band_dose.py",
     "retrieval_heads": HERE / "retrieval_heads.py",
     "shape_zoo": HERE / "shape_zoo.py",
     "head_atlas": HERE / "head_atlas.py",
