@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["VERDICTS", "CLAIMS_FILE", "CLAIMS_PAGE", "load", "problems", "claims_page", "check", "write", "main"]
+__all__ = ["VERDICTS", "CLAIMS_FILE", "CLAIMS_PAGE", "load", "load_open", "problems", "claims_page", "check", "write", "main"]
 
 CLAIMS_FILE = "docs/claims.yml"
 CLAIMS_PAGE = "docs/results/claims.md"
@@ -40,10 +40,18 @@ _EVIDENCE = ("effect", "interval", "range", "protocol")
 
 def load(root: str | Path = ".") -> list[dict]:
     """The claims of ``docs/claims.yml`` (a list of mappings)."""
+    return list(_data(root).get("claims") or [])
+
+
+def load_open(root: str | Path = ".") -> list[dict]:
+    """The measurements still to run (``open`` in ``docs/claims.yml``: what, command, decides)."""
+    return list(_data(root).get("open") or [])
+
+
+def _data(root: str | Path) -> dict:
     import yaml
 
-    data = yaml.safe_load((Path(root) / CLAIMS_FILE).read_text()) or {}
-    return list(data.get("claims") or [])
+    return yaml.safe_load((Path(root) / CLAIMS_FILE).read_text()) or {}
 
 
 def problems(claims: list[dict], root: str | Path = ".") -> list[str]:
@@ -83,8 +91,9 @@ def _cell(text) -> str:
     return " ".join(str(text or "").split()).replace("|", "/")
 
 
-def claims_page(claims: list[dict]) -> str:
-    """The markdown of ``docs/results/claims.md`` (templates kept: the docs build fills them in)."""
+def claims_page(claims: list[dict], open_runs: list[dict] | None = None) -> str:
+    """The markdown of ``docs/results/claims.md`` (templates kept: the docs build fills them in); ``open_runs``: the
+    measurements still to run, listed at the end."""
     lines = [
         "# Claims of the five papers and their verdicts",
         "",
@@ -117,6 +126,16 @@ def claims_page(claims: list[dict]) -> str:
                          f"{_cell(effect)} | {_cell(c.get('interval') or '-')} | {_cell(c.get('range') or '-')} | "
                          f"{protocol or '-'} | {link} |")
         lines.append("")
+    if open_runs:
+        lines += ["## Measurements still to run", "",
+                  "Not run yet; each would decide the claims named (or make a count's spread visible).", "",
+                  "| measurement | command | decides |", "|---|---|---|"]
+        for o in open_runs:
+            command = _cell(o.get("command"))
+            if command.startswith(("python ", "interp ")):  # a command line: shown as code
+                command = f"`{command}`"
+            lines.append(f"| {_cell(o.get('what'))} | {command} | {_cell(o.get('decides'))} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -126,7 +145,7 @@ def check(root: str | Path = ".") -> list[str]:
     claims = load(root)
     out = problems(claims, root)
     page = root / CLAIMS_PAGE
-    if not page.is_file() or page.read_text() != claims_page(claims):
+    if not page.is_file() or page.read_text() != claims_page(claims, load_open(root)):
         out.append(f"{CLAIMS_PAGE} is stale against {CLAIMS_FILE}: run python -m interp.docs_claims write")
     return out
 
@@ -135,7 +154,7 @@ def write(root: str | Path = ".") -> Path:
     """Regenerate ``docs/results/claims.md`` from ``docs/claims.yml``."""
     root = Path(root)
     page = root / CLAIMS_PAGE
-    page.write_text(claims_page(load(root)))
+    page.write_text(claims_page(load(root), load_open(root)))
     return page
 
 

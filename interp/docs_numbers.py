@@ -184,7 +184,7 @@ _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _INLINE = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"\]\([^)]*\)|https?://\S+|\[\^\w+\]")
 _REF_WORD = (r"Sec\.|Secs\.|Section|Sections|Table|Tables|Fig\.|Figs\.|Figure|Figures|eq\.|eqs\.|Eq\.|App\.|Appendix|"
-             r"Def\.|Thm\.?|Theorem|Lemma|Claim|Assumption|Corollary|Prop\.|Proposition|Alg\.|Algorithm|issue|issues|"
+             r"Def\.|Thm\.?|Theorem|Lemma|Claim|Assumption|Corollary|Prop\.|Proposition|Alg\.|Algorithm|issue|issues|Issue|"
              r"paper|papers|Paper|Papers|arXiv|Python|version")
 _REF_NUM = r"[A-Z]?\d+(?:\.\d+)*[a-z]?"
 # a reference: `Sec. 3.1`, `Table 5`, `Fig. 3b`, `App. J.2`, `Tables 10 / 12`, `Fig. 12-13`, `paper 004`, `issue 21`
