@@ -192,7 +192,7 @@ _REFERENCE_SPAN = re.compile(rf"(?<![\w.])(?:{_REF_WORD})\s*{_REF_NUM}(?:\s*(?:/
 _PAPER_ID = re.compile(r"(?<![\w.,-])00[0-4](?![\w.])")  # the five papers: 000 .. 004
 _YEAR = re.compile(r"(?:(?<=et al\. )|(?<=et al\., )|(?<=ICML )|(?<=NeurIPS )|(?<=ICLR )|(?<=\())(?:19|20)\d\d\b")
 _HEAD_LAG = re.compile(r"\bL\d+H\d+(?:,?\s+at)?\s+(?:lag|delta)\s*=?\s*\d+\b")  # an SDH's name: L16H0 at lag 1
-_LIST_MARK = re.compile(r"^(?:\s*\d+\.(?=\s)|#+\s*\d+(?:\.\d+)*\.?(?=\s))", re.M)
+_LIST_MARK = re.compile(r"^(?:\s*\d+\.(?=\s)|#+\s*\d+(?:\.\d+)*\.?(?=\s))|\(\d\)(?= [A-Z*])", re.M)  # and (1) Inline
 
 
 def _blank(text: str, pattern: re.Pattern) -> str:
@@ -223,7 +223,7 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
     code (CLI examples), HTML comments, link targets and URLs; references after ``Sec.``, ``Table``, ``Fig.``,
     ``eq.``, ``App.``, ``Def.``, ``Thm``, ``Lemma``, ``Claim``, ``Assumption``, ``paper``, ``issue``, ``Python``,
     ``version`` ...; the paper ids ``000``-``004``; a year after ``et al.`` or a venue or in parentheses; list and
-    heading numbers; versions (two dots or more); and numbers that are part of a name: glued to a letter, digit,
+    heading numbers (and an inline enumeration ``(1) Word``); versions (two dots or more); and numbers that are part of a name: glued to a letter, digit,
     ``_`` or ``.`` before (``L16H0``, ``r_1``), to a letter after (``7B``, ``2D``, ``fp16``; a multiplier ``20x``
     is still a number) or after a hyphen that follows a letter (``Gemma-3``, ``top-1``); and the lag that names a
     slash-dominant head with its head (``L16H0 at lag 1``).
@@ -237,10 +237,10 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
         ``(line, token)`` pairs, one per occurrence (``token`` keeps a ``%``).
     """
     masked = _code_masked(text)
+    for phrase in sorted(allow or (), key=len, reverse=True):  # first: a phrase may hold a reference or a paper id
+        masked = _blank(masked, re.compile(re.escape(phrase)))
     for pattern in (_TEMPLATE, _LINK, _REFERENCE_SPAN, _PAPER_ID, _YEAR, _LIST_MARK, _HEAD_LAG):
         masked = _blank(masked, pattern)
-    for phrase in sorted(allow or (), key=len, reverse=True):
-        masked = _blank(masked, re.compile(re.escape(phrase)))
     found = []
     for match in _NUMBER.finditer(masked):
         start, end = match.span()
@@ -290,17 +290,27 @@ def _py(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def _spec(root: Path) -> dict:
+def _yaml(path: Path) -> dict:
+    """A YAML file as a mapping ({} when empty); a missing file or bad YAML raises one line naming it."""
     import yaml
 
-    return yaml.safe_load((root / SPEC_FILE).read_text()) or {}
+    if not path.is_file():
+        raise DocsNumberError(f"{path} not found: run from the repository root")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise DocsNumberError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)}); quote a value that holds ': '") from None
+
+
+def _spec(root: Path) -> dict:
+    return _yaml(root / SPEC_FILE)
 
 
 def _lock(root: Path) -> dict:
-    import yaml
-
     path = root / LOCK_FILE
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return _yaml(path) if path.is_file() else {}
 
 
 def _source(page: str, entry: dict) -> str:
@@ -411,6 +421,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] not in ("check", "lock", "render", "find"):
         print("usage: python -m interp.docs_numbers check | lock | render | find VALUE TABLE.csv...", file=sys.stderr)
         return 2
+    try:
+        return _command(args)
+    except DocsNumberError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _command(args: list[str]) -> int:
+    import sys
+
     if args[0] == "check":
         problems = check(".")
         print("\n".join(problems) or "docs numbers: ok")
