@@ -181,7 +181,7 @@ _NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)*(?:[eE]-?\d+)?(?:\s?%
 _FRONT = re.compile(r"\A---\n.*?\n---\n", re.S)
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
-_INLINE = re.compile(r"`[^`\n]*`")
+_INLINE = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")  # an inline code span may wrap a line, not a paragraph
 _LINK = re.compile(r"\]\([^)]*\)|https?://\S+|\[\^\w+\]")
 _REF_WORD = (r"Sec\.|Secs\.|Section|Sections|Table|Tables|Fig\.|Figs\.|Figure|Figures|eq\.|eqs\.|Eq\.|App\.|Appendix|"
              r"Def\.|Thm\.?|Theorem|Lemma|Claim|Assumption|Corollary|Prop\.|Proposition|Alg\.|Algorithm|issue|issues|Issue|"
@@ -189,8 +189,8 @@ _REF_WORD = (r"Sec\.|Secs\.|Section|Sections|Table|Tables|Fig\.|Figs\.|Figure|Fi
 _REF_NUM = r"[A-Z]?\d+(?:\.\d+)*[a-z]?"
 # a reference: `Sec. 3.1`, `Table 5`, `Fig. 3b`, `App. J.2`, `Tables 10 / 12`, `Fig. 12-13`, `paper 004`, `issue 21`
 _REFERENCE_SPAN = re.compile(rf"(?<![\w.])(?:{_REF_WORD})\s*{_REF_NUM}(?:\s*(?:/|-|–|and|&)\s*{_REF_NUM})*")
-_PAPER_ID = re.compile(r"(?<![\w.,-])00[0-4](?![\w.])")  # the five papers: 000 .. 004
-_YEAR = re.compile(r"(?:(?<=et al\. )|(?<=et al\., )|(?<=ICML )|(?<=NeurIPS )|(?<=ICLR )|(?<=\())(?:19|20)\d\d\b")
+_PAPER_ID = re.compile(r"(?<![\w.,-])00[0-4](?:-00[0-4])?(?![\w.])")  # the five papers: 000 .. 004 (and 000-004)
+_YEAR = re.compile(r"(?:(?<=et al\. )|(?<=et al\., )|(?<=ICML )|(?<=NeurIPS )|(?<=ICLR )|(?<=\()|(?<=, )(?=\d{4}\)))(?:19|20)\d\d\b")
 _HEAD_LAG = re.compile(r"\bL\d+H\d+(?:,?\s+at)?\s+(?:lag|delta)\s*=?\s*\d+\b")  # an SDH's name: L16H0 at lag 1
 _LIST_MARK = re.compile(r"^(?:\s*\d+\.(?=\s)|#+\s*\d+(?:\.\d+)*\.?(?=\s))|\(\d\)(?= [A-Z*])", re.M)  # and (1) Inline
 
@@ -222,7 +222,7 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
     Integers, counts and percentages count as much as decimals. Not counted (they are not results): templates,
     code (CLI examples), HTML comments, link targets and URLs; references after ``Sec.``, ``Table``, ``Fig.``,
     ``eq.``, ``App.``, ``Def.``, ``Thm``, ``Lemma``, ``Claim``, ``Assumption``, ``paper``, ``issue``, ``Python``,
-    ``version`` ...; the paper ids ``000``-``004``; a year after ``et al.`` or a venue or in parentheses; list and
+    ``version`` ...; the paper ids ``000``-``004``; a year after ``et al.``, a venue, an opening parenthesis or an author (``(Richard, 2024)``); list and
     heading numbers (and an inline enumeration ``(1) Word``); versions (two dots or more); and numbers that are part of a name: glued to a letter, digit,
     ``_`` or ``.`` before (``L16H0``, ``r_1``), to a letter after (``7B``, ``2D``, ``fp16``; a multiplier ``20x``
     is still a number) or after a hyphen that follows a letter (``Gemma-3``, ``top-1``); and the lag that names a
