@@ -134,3 +134,20 @@ def test_num_and_rng_read_the_table(tmp_path):
         dn.num("t.csv", "y", root=tmp_path)
     with pytest.raises(dn.DocsNumberError, match="only num, rng"):
         dn.render("{{ open('x') }}", tmp_path)
+
+
+def test_a_changed_cell_makes_the_rendered_readme_stale(tmp_path):
+    """README.md is rendered from docs/templates/README.md: a table change shows as a stale README line and a stale
+    template line, until the README is re-rendered and the lock rewritten."""
+    root = _copy_repo(tmp_path)
+    startup = pd.read_csv(root / "figures" / "startup.csv")
+    startup.loc[startup["command"] == "import interp", "min_s"] = 0.42
+    startup.to_csv(root / "figures" / "startup.csv", index=False)
+    problems = dn.check(root)
+    readme_line = next(i + 1 for i, line in enumerate((root / "README.md").read_text().splitlines())
+                       if line.startswith("`import interp` takes"))
+    assert any(p.startswith(f"README.md:{readme_line}: stale") for p in problems), problems
+    assert any(p.startswith("docs/templates/README.md:") and "renders 0.42" in p for p in problems), problems
+    dn.write_rendered(root)
+    dn.write_lock(root)
+    assert dn.check(root) == []
