@@ -9,7 +9,7 @@
 
   * a **hand-typed number** (:func:`hand_typed`: any number in prose or tables outside a template, integers,
     counts and percentages included) unless it is one of the few things that are not results: a reference
-    (``Sec. 3.1``, ``Table 5``, ``Fig. 3b``, ``eq. 6``, ``App. H``, ``paper 004``, ``issue 21``), a paper id
+    (``Sec. 3.1``, ``Table 5``, ``Fig. 3b``, ``eq. 6``, ``App. H``, ``Figs. 2, 4, 11``, ``paper 004``, ``issue 21``), a paper id
     (``000``..``004``), a year after a citation (``Wu et al. 2024``), a list or heading number, a name
     (``L16H0``, ``Gemma-3``, ``2D-RoPE``, ``7B``), code (CLI examples), or a phrase the page's entry in
     ``docs/numbers.yml`` allows with its reason (``allow``: exact phrases, not bare tokens, so an allowed
@@ -189,6 +189,9 @@ _REF_WORD = (r"Sec\.|Secs\.|Section|Sections|Table|Tables|Fig\.|Figs\.|Figure|Fi
 _REF_NUM = r"[A-Z]?\d+(?:\.\d+)*[a-z]?"
 # a reference: `Sec. 3.1`, `Table 5`, `Fig. 3b`, `App. J.2`, `Tables 10 / 12`, `Fig. 12-13`, `paper 004`, `issue 21`
 _REFERENCE_SPAN = re.compile(rf"(?<![\w.])(?:{_REF_WORD})\s*{_REF_NUM}(?:\s*(?:/|-|–|and|&)\s*{_REF_NUM})*")
+# after a plural (Figs. 2, 4, 11; Tables 2, 10/12, 11) the list goes on with commas (whole numbers only)
+_REFERENCE_LIST = re.compile(rf"(?<![\w.])(?:Figs\.|Figures|Tables|Secs\.|Sections|Apps\.|eqs\.)\s*{_REF_NUM}"
+                             rf"(?:\s*(?:/|-|–|and|&|,)\s*[1-9]\d*[a-z]?(?![\d.]))*")
 _PAPER_ID = re.compile(r"(?<![\w.,-])00[0-4](?:-00[0-4])?(?![\w.])")  # the five papers: 000 .. 004 (and 000-004)
 _YEAR = re.compile(r"(?:(?<=et al\. )|(?<=et al\., )|(?<=ICML )|(?<=NeurIPS )|(?<=ICLR )|(?<=\()|(?<=, )(?=\d{4}\)))(?:19|20)\d\d\b")
 _HEAD_LAG = re.compile(r"\bL\d+H\d+(?:,?\s+at)?\s+(?:lag|delta)\s*=?\s*\d+\b")  # an SDH's name: L16H0 at lag 1
@@ -239,7 +242,7 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
     masked = _code_masked(text)
     for phrase in sorted(allow or (), key=len, reverse=True):  # first: a phrase may hold a reference or a paper id
         masked = _blank(masked, re.compile(re.escape(phrase)))
-    for pattern in (_TEMPLATE, _LINK, _REFERENCE_SPAN, _PAPER_ID, _YEAR, _LIST_MARK, _HEAD_LAG):
+    for pattern in (_TEMPLATE, _LINK, _REFERENCE_LIST, _REFERENCE_SPAN, _PAPER_ID, _YEAR, _LIST_MARK, _HEAD_LAG):
         masked = _blank(masked, pattern)
     found = []
     for match in _NUMBER.finditer(masked):
