@@ -228,7 +228,7 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
     ``version`` ...; the paper ids ``000``-``004``; a year after ``et al.``, a venue, an opening parenthesis or an author (``(Richard, 2024)``); list and
     heading numbers (and an inline enumeration ``(1) Word``); versions (two dots or more); and numbers that are part of a name: glued to a letter, digit,
     ``_`` or ``.`` before (``L16H0``, ``r_1``), to a letter after (``7B``, ``2D``, ``fp16``; a multiplier ``20x``
-    is still a number) or after a hyphen that follows a letter (``Gemma-3``, ``top-1``); and the lag that names a
+    is still a number) or after a hyphen or tilde that follows a letter (``Gemma-3``, ``top-1``, ``r~1``); and the lag that names a
     slash-dominant head with its head (``L16H0 at lag 1``).
 
     Args:
@@ -253,7 +253,7 @@ def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, st
         after = masked[end] if end < len(masked) else " "
         after2 = masked[end + 1] if end + 1 < len(masked) else " "
         if (before.isalnum() or before in "_."
-                or (before == "-" and before2.isalpha())
+                or (before in "-~" and before2.isalpha())  # Gemma-3, top-1, r~1
                 or (after.isalpha() and not (after == "x" and not after2.isalpha()))
                 or token.split("e")[0].count(".") > 1):
             continue
