@@ -100,7 +100,9 @@ def _values(table: str, column: str, root: str, where: dict) -> pd.Series:
 
 
 def _format(value: float, fmt: str) -> str:
-    return format(value, fmt)
+    """``format(value, fmt)``, with the exponent of an ``e`` format written short (``3.0e-3``, not ``3.0e-03``)."""
+    out = format(value, fmt)
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m.group(1) == "-" else "") + m.group(2), out)
 
 
 def num(table: str, column: str, stat: str | None = None, fmt: str = ".3g", *, root: str | Path = ".",
