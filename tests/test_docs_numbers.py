@@ -151,3 +151,20 @@ def test_a_changed_cell_makes_the_rendered_readme_stale(tmp_path):
     dn.write_rendered(root)
     dn.write_lock(root)
     assert dn.check(root) == []
+
+
+def test_allowed_phrases_and_the_pending_count(tmp_path):
+    """An allowed phrase covers its own occurrence only; a stale phrase and a count that fell are reported."""
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    page = tmp_path / "docs" / "results" / "p.md"
+    page.write_text("On 8 prompts x 1024 tokens the count is 80; another 8 here.\n")
+    spec = tmp_path / dn.SPEC_FILE
+    spec.write_text('docs/results/p.md:\n  allow:\n    "8 prompts x 1024 tokens": setting\n')
+    assert [p.split(": ", 1)[1][:22] for p in dn.check(tmp_path)] == ["hand-typed number 80: ", "hand-typed number 8: b"]
+    spec.write_text('docs/results/p.md:\n  allow:\n    "8 prompts x 1024 tokens": setting\n    "gone": x\n  hand_typed: 3\n')
+    problems = dn.check(tmp_path)
+    assert any("allows the phrase 'gone'" in p for p in problems)
+    assert any("2 hand-typed numbers left, docs/numbers.yml still says 3: lower it" in p for p in problems)
+    spec.write_text('docs/results/p.md:\n  hand_typed: 1\n')
+    assert any("4 hand-typed numbers, docs/numbers.yml allows at most 1" in p for p in dn.check(tmp_path))
