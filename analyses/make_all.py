@@ -35,6 +35,7 @@ SCRIPTS = {
     "key_norm_length": HERE / "key_norm_length.py",
     "cluster_length": HERE / "cluster_length.py",
     "sdh_count_bootstrap": HERE / "sdh_count_bootstrap.py",
+    "sdh_count_spread": HERE / "sdh_count_spread.py",
     "long_range_slash": HERE / "long_range_slash.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "copy_2d_rope.py",
