@@ -32,6 +32,7 @@ SCRIPTS = {
     "retrieval_heads": HERE / "retrieval_heads.py",
     "shape_zoo": HERE / "shape_zoo.py",
     "head_atlas": HERE / "head_atlas.py",
+    "atlas_null": HERE / "atlas_null.py",
     "key_norm_length": HERE / "key_norm_length.py",
     "cluster_length": HERE / "cluster_length.py",
     "sdh_count_bootstrap": HERE / "sdh_count_bootstrap.py",
