@@ -24,6 +24,11 @@ so the per-prompt scores the bootstrap needs come from the same run as the table
 
     python analyses/band_ablation.py [--prompts 8] [--tokens 1024] [--no-causal] [--quick] [--out figures]
     python analyses/band_ablation.py --causal-only [--models ...]   # only the causal tables, rows of these models replaced
+    python analyses/band_ablation.py --dose matched [--models ...]  # 004's share of each band (band_dose.csv), own tables
+
+``--dose matched`` leaves ``matched_removed`` planes of each band unrotated (``figures/band_dose.csv``: the share of the
+band 004 removes, 6 of 21-22 planes) instead of six, so the 32-plane and 128-plane models get the paper's dose; it writes
+``band_ablation_matched_heads.csv`` and ``band_ablation_matched_summary.csv`` (counterfactual scores only).
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ import torch
 
 import interp
 from interp.experiments.ablation import band_ablation_table, band_variants
+from interp.rope import band_ablation
 from interp.hooks.intervene import mean_nll, rope_intervention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers beside this script
-from _common import MODELS, installed, parser, save_figure  # noqa: E402
+from _common import FIGURES, MODELS, installed, parser, save_figure  # noqa: E402
 
 BANDS = ["wo_high", "wo_medium", "wo_low"]
 BOOT = 10000  # bootstrap resamples (percentile intervals, numpy seed 0)
@@ -120,10 +126,23 @@ def causal_summary(per: pd.DataFrame, idx: np.ndarray, n_tokens: int) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def run_model(name: str, prompts: int, tokens: int, causal: bool) -> dict:
+def matched_variants(name: str, n_freq: int, dose: pd.DataFrame) -> tuple:
+    """The three band ablations of ``name`` at the matched dose: per band the ``matched_removed`` planes of
+    ``figures/band_dose.csv`` (the paper's share of the band), evenly spaced as ``interp.rope.band_planes`` picks them."""
+    rows = dose[dose["model"] == name].set_index("band")
+    if rows.empty or int(rows["n_planes"].iloc[0]) != n_freq:
+        raise SystemExit(f"{name}: no matched dose for {n_freq} planes in band_dose.csv; run python analyses/band_dose.py")
+    return tuple(band_ablation(n_freq, b.removeprefix("wo_"), int(rows.at[b.removeprefix("wo_"), "matched_removed"])) for b in BANDS)
+
+
+def run_model(name: str, prompts: int, tokens: int, causal: bool, dose: pd.DataFrame | None = None) -> dict:
+    """Scan ``name`` with the three band ablations (six planes per band, or the matched dose of ``dose``), the
+    bootstrap replicates, and with ``causal`` the causal NLL table."""
     model = interp.load_model(name, device="cpu")
     p = interp.corpus.prompts(model, "pydoc", prompts, tokens)
-    cfg = interp.ScanConfig(variants=band_variants(model.card.n_rotary_planes))
+    n_freq = model.card.n_rotary_planes
+    variants = band_variants(n_freq) if dose is None else matched_variants(name, n_freq, dose)
+    cfg = interp.ScanConfig(variants=variants)
     t0 = time.perf_counter()
     one = [interp.scan(model, [p[i]], cfg, meta={"corpus": "pydoc"}, prompt_ids=[i]) for i in range(len(p))]
     res = interp.merge_results(one)
@@ -226,6 +245,27 @@ def fig8(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def matched_dose(args) -> dict:
+    """``--dose matched``: the counterfactual band ablation at 004's share of each band (``band_dose.csv``), written to
+    ``band_ablation_matched_heads.csv`` and ``band_ablation_matched_summary.csv`` (with ``n_remove`` per band)."""
+    dose = pd.read_csv(FIGURES / "band_dose.csv")
+    tables, boots = [], []
+    for name in installed(args.models):
+        r = run_model(name, args.prompts, args.tokens, causal=False, dose=dose)
+        tables.append(r["table"])
+        boots.append(r["boot"])
+        print(f"{name}: {len(r['table'])} SDHs; matched-dose scan {r['seconds']:.1f} s", flush=True)
+    table = pd.concat(tables, ignore_index=True)
+    table.round(5).to_csv(args.out / "band_ablation_matched_heads.csv", index=False)
+    s = summary(table, pd.concat(boots, ignore_index=True))
+    n_remove = dose.assign(band="wo_" + dose["band"])[["model", "band", "matched_removed", "matched_share_of_band"]]
+    s = s.merge(n_remove.rename(columns={"matched_removed": "n_remove", "matched_share_of_band": "share_of_band"}),
+                on=["model", "band"], how="left")
+    s.round(4).to_csv(args.out / "band_ablation_matched_summary.csv", index=False)
+    print(s.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return {"table": table, "summary": s}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = parser(__doc__, "smollm2-135m only, 2 prompts x 256 tokens (for tests)")
     ap.add_argument("--prompts", type=int, default=8)
@@ -235,6 +275,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
     ap.add_argument("--causal-only", action="store_true",
                     help="only the causal ablation of --models, replacing their rows in the causal tables in --out (no scans)")
+    ap.add_argument("--dose", choices=["six", "matched"], default="six",
+                    help="planes per band: six in every model (004's count), or 'matched' (004's share of each band, "
+                         "figures/band_dose.csv) into band_ablation_matched_{heads,summary}.csv, counterfactual only")
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256
@@ -242,6 +285,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     if args.causal_only:
         return causal_only(args)
+    if args.dose == "matched":
+        return matched_dose(args)
     tables, boots, causal, causal_prompts = [], [], [], []
     for name in installed(args.models):
         r = run_model(name, args.prompts, args.tokens, args.causal)

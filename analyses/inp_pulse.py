@@ -11,7 +11,10 @@ then
   cos(theta_l x) peaks for x in 1..64; ``hit_*`` says whether it peaks at the head's lag (heads with lag >= 1;
   at x = 0 every pulse is maximal, so lag-0 heads are not scored); ``*_random``: the same number of planes drawn
   at random (seeded), the baseline: P(x) falls from x = 0 for most plane sets, so lag 1 is an easy hit;
-- ``figures/pulse_fig23.png``: P(x) of the top SDHs with lag >= 1, their lag marked.
+- ``figures/pulse_fig23.png``: P(x) of the top SDHs with lag >= 1, their lag marked;
+- in ``pulse_check.csv`` also 004 Assumption 4.1 as the paper states it (issue 33): P(x) / P(0) over every offset
+  1 <= x <= N (N = ``--tokens``) should be a flat floor C2 with a spike at 0; ``a41_spike_*`` = 1 - C2 (C2 the
+  median over x) and ``a41_dev_*`` = max |P(x) / P(0) - C2| for the |InP| rule, the signed rule and the random planes.
 
     python analyses/inp_pulse.py [--prompts 8] [--tokens 1024] [--quick] [--out figures]
 """
@@ -38,8 +41,24 @@ from _common import installed, parser, save_figure  # noqa: E402
 X_MAX = 64
 
 
-def pulse_table(name: str, res: interp.ScanResult) -> pd.DataFrame:
-    """One row per SDH: active planes (|InP| and signed rules), band counts, pulse peak and whether it hits the lag."""
+def offset0_pulse(inv_freq: torch.Tensor, active: torch.Tensor, n: int) -> tuple[float, float]:
+    """004 Assumption 4.1 as stated: P(x) = sum over the active planes of cos(theta_l x) should approximate
+    C1 delta_0(x) + C2 for every 1 <= |x| <= N. Returns ``(spike, dev)`` in units of P(0) = the number of active
+    planes: ``spike = 1 - C2`` with C2 the median of P(x) / P(0) over x = 1..n (the height of the pulse above the
+    floor), and ``dev`` the largest |P(x) / P(0) - C2| over x = 1..n (the assumption's tolerance, relative).
+    Both are nan when no plane is active. No threshold is applied: 004 asks only for a "sufficiently small" tolerance."""
+    if not bool(active.any()):
+        return float("nan"), float("nan")
+    x = torch.arange(1, n + 1, dtype=torch.float64)
+    p = freq.pulse(inv_freq, active, x) / float(active.sum())
+    c2 = float(p.median())
+    return 1.0 - c2, float((p - c2).abs().max())
+
+
+def pulse_table(name: str, res: interp.ScanResult, n_tokens: int = 1024) -> pd.DataFrame:
+    """One row per SDH: active planes (|InP| and signed rules), band counts, pulse peak and whether it hits the lag
+    (the own-lag variant), and 004 Assumption 4.1 as stated (the offset-0 pulse over |x| <= ``n_tokens``:
+    ``a41_spike_*``, ``a41_dev_*``, see :func:`offset0_pulse`) for both rules and the random planes."""
     heads = res.heads
     mean_s, mean_a = freq.means(res)
     inv = layer_inv_freq(res).float()
@@ -62,7 +81,9 @@ def pulse_table(name: str, res: interp.ScanResult) -> pd.DataFrame:
                      "n_active_abs": int(act_a.sum()), "active_high": bands["high"], "active_medium": bands["medium"], "active_low": bands["low"],
                      "peak_abs": peak_a, "n_active_signed": int(act_s.sum()), "peak_signed": peak_s,
                      "peak_random": peak_r, "hit_abs": (peak_a == d) if d >= 1 else np.nan,
-                     "hit_signed": (peak_s == d) if d >= 1 else np.nan, "hit_random": (peak_r == d) if d >= 1 else np.nan})
+                     "hit_signed": (peak_s == d) if d >= 1 else np.nan, "hit_random": (peak_r == d) if d >= 1 else np.nan,
+                     **{f"a41_{k}_{rule}": v for rule, act in (("abs", act_a), ("signed", act_s), ("random", rand))
+                        for k, v in zip(("spike", "dev"), offset0_pulse(inv[r.layer], act, n_tokens))}})
     return pd.DataFrame(rows)
 
 
@@ -103,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = interp.load_model(name, device="cpu")
         t0 = time.perf_counter()
         res = interp.scan(model, interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens), interp.ScanConfig(inp=True))
-        t = pulse_table(name, res)
+        t = pulse_table(name, res, args.tokens)
         tables.append(t)
         if len(t):
             top = next(t.sort_values("slash_score", ascending=False).itertuples())

@@ -1,18 +1,31 @@
-"""Numbers in the documentation, taken from the committed tables in ``figures/`` (issue 21, item 1).
-
-Two jobs, one module:
+"""Numbers in the documentation, bound to the cells of the committed tables in ``figures/`` (issues 21 and 33).
 
 - **render**: a docs page writes ``{{ num("compare_zoo_summary.csv", "sink_rate", fmt=".1%", model="smollm2-135m") }}``
-  and :func:`render` replaces it with the table's value, formatted (the MkDocs hook ``docs/hooks/numbers.py``
-  runs it on every page), so a rendered number cannot differ from its table. ``rng(...)`` gives ``min-max`` of
-  a column over the selected rows.
-- **check**: :func:`unbacked` lists the numbers a markdown text quotes (decimals and percentages in prose and
-  tables; code, links and templates are skipped) that no cell of the named tables gives at the printed
-  precision; ``tests/test_docs_numbers.py`` runs it on README.md and the results pages with the tables and the
-  small allowlist of settings and paper quotes named in ``docs/numbers.yml``.
+  and :func:`render` replaces it with that cell, formatted (the MkDocs hook ``docs/hooks/numbers.py`` runs it on
+  every page), so a rendered number cannot differ from its table. ``rng(...)`` gives ``min-max`` of a column over
+  the selected rows. A template names its table, column and row selection: it is bound to its cells.
+- **check**: :func:`check` runs over every page ``docs/numbers.yml`` lists and returns one line per problem,
+  ``page:line: what``:
 
-Integers are not checked (layer / head indices, prompt counts and lags would match any table). Tables are CSV
-files read with pandas; ``root`` is the repository root (the folder holding ``figures/``).
+  * a **hand-typed number** (:func:`hand_typed`: any number in prose or tables outside a template, integers,
+    counts and percentages included) unless it is one of the few things that are not results: a reference
+    (``Sec. 3.1``, ``Table 5``, ``Fig. 3b``, ``eq. 6``, ``App. H``, ``Figs. 2, 4, 11``, ``paper 004``, ``issue 21``), a paper id
+    (``000``..``004``), a year after a citation (``Wu et al. 2024``), a list or heading number, a name
+    (``L16H0``, ``Gemma-3``, ``2D-RoPE``, ``7B``), code (CLI examples), or a phrase the page's entry in
+    ``docs/numbers.yml`` allows with its reason (``allow``: exact phrases, not bare tokens, so an allowed
+    ``1,024 tokens`` does not let another ``1,024`` through);
+  * a **missing cell**: a template whose table, column or row is gone (:class:`DocsNumberError`);
+  * a **stale page**: a template whose value differs from the value recorded in ``docs/numbers.lock.yml``
+    when the page was last rendered and read (a changed table changes the sentence around it: reread it,
+    then ``python -m interp.docs_numbers lock``), and a rendered file (``README.md``) that differs from its
+    template source rendered now.
+
+  Pages not yet fully templated carry ``hand_typed: N`` in ``docs/numbers.yml``: the count may only fall.
+
+``python -m interp.docs_numbers check`` prints the problems; ``lock`` records the current values; ``render``
+rewrites the rendered files (README.md from ``docs/templates/README.md``); ``find VALUE TABLE...`` lists the
+cells that print as VALUE (to write a template). Tables are CSV files read with pandas; ``root`` is the
+repository root (the folder holding ``figures/``).
 
 Raises :class:`DocsNumberError` (one line naming the template or table and the fix) for a missing table or
 column, a selection that matches no row, or several rows where one value is asked for.
@@ -28,7 +41,8 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["DocsNumberError", "num", "rng", "evaluate", "render", "quoted_numbers", "backed", "unbacked"]
+__all__ = ["DocsNumberError", "num", "rng", "evaluate", "render", "templates", "hand_typed", "rendered_values",
+           "find_cells", "check", "write_lock", "write_rendered", "main"]
 
 STATS = ("min", "max", "median", "mean", "sum", "count")
 _TEMPLATE = re.compile(r"\{\{\s*(.+?)\s*\}\}", re.S)
@@ -42,11 +56,17 @@ class DocsNumberError(ValueError):
     """A docs template or check could not be resolved against the committed tables."""
 
 
-@functools.lru_cache(maxsize=None)
 def _load(root: str, table: str) -> pd.DataFrame:
     path = Path(root) / "figures" / table
     if not path.is_file():
         raise DocsNumberError(f"table figures/{table} not found under {root}: name a committed CSV in figures/")
+    stat = path.stat()
+    return _read(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _read(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    """The table at ``path`` (cached while its modification time and size stay the same)."""
     return pd.read_csv(path)
 
 
@@ -80,7 +100,9 @@ def _values(table: str, column: str, root: str, where: dict) -> pd.Series:
 
 
 def _format(value: float, fmt: str) -> str:
-    return format(value, fmt)
+    """``format(value, fmt)``, with the exponent of an ``e`` format written short (``3.0e-3``, not ``3.0e-03``)."""
+    out = format(value, fmt)
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m.group(1) == "-" else "") + m.group(2), out)
 
 
 def num(table: str, column: str, stat: str | None = None, fmt: str = ".3g", *, root: str | Path = ".",
@@ -151,82 +173,284 @@ def render(text: str, root: str | Path = ".") -> str:
     return "".join(p if i % 2 else _TEMPLATE.sub(lambda m: evaluate(m.group(1), root), p) for i, p in enumerate(parts))
 
 
-def _prose(text: str) -> str:
-    """The text with what is not a quoted result removed: front matter, fenced and inline code, HTML comments,
-    link / image targets, URLs, templates."""
-    text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
-    text = re.sub(r"^(```|~~~).*?^\1", "", text, flags=re.S | re.M)
-    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
-    text = re.sub(r"`[^`\n]*`", "", text)
-    text = _TEMPLATE.sub("", text)
-    text = re.sub(r"\]\([^)]*\)", "]", text)
-    return re.sub(r"https?://\S+", "", text)
+# ---- where the numbers of a page are: templates, and hand-typed numbers outside them --------------------------------
+
+SPEC_FILE = "docs/numbers.yml"
+LOCK_FILE = "docs/numbers.lock.yml"
+
+_NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)*(?:[eE]-?\d+)?(?:\s?%)?")
+# spans that hold no quoted result; each is blanked (newlines kept, so line numbers stay right)
+_FRONT = re.compile(r"\A---\n.*?\n---\n", re.S)
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_INLINE = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")  # an inline code span may wrap a line, not a paragraph
+_LINK = re.compile(r"\]\([^)]*\)|https?://\S+|\[\^\w+\]")
+_REF_WORD = (r"Sec\.|Secs\.|Section|Sections|Table|Tables|Fig\.|Figs\.|Figure|Figures|eq\.|eqs\.|Eq\.|App\.|Appendix|"
+             r"Def\.|Thm\.?|Theorem|Lemma|Claim|Assumption|Corollary|Prop\.|Proposition|Alg\.|Algorithm|issue|issues|Issue|"
+             r"paper|papers|Paper|Papers|arXiv|Python|version")
+_REF_NUM = r"[A-Z]?\d+(?:\.\d+)*[a-z]?"
+# a reference: `Sec. 3.1`, `Table 5`, `Fig. 3b`, `App. J.2`, `Tables 10 / 12`, `Fig. 12-13`, `paper 004`, `issue 21`
+_REFERENCE_SPAN = re.compile(rf"(?<![\w.])(?:{_REF_WORD})\s*{_REF_NUM}(?:\s*(?:/|-|–|and|&)\s*{_REF_NUM})*")
+# after a plural (Figs. 2, 4, 11; Tables 2, 10/12, 11) the list goes on with commas (whole numbers only)
+_REFERENCE_LIST = re.compile(rf"(?<![\w.])(?:Figs\.|Figures|Tables|Secs\.|Sections|Apps\.|eqs\.)\s*{_REF_NUM}"
+                             rf"(?:\s*(?:/|-|–|and|&|,)\s*[1-9]\d*[a-z]?(?![\d.]))*")
+_PAPER_ID = re.compile(r"(?<![\w.,-])00[0-4](?:-00[0-4])?(?![\w.])")  # the five papers: 000 .. 004 (and 000-004)
+_YEAR = re.compile(r"(?:(?<=et al\. )|(?<=et al\., )|(?<=ICML )|(?<=NeurIPS )|(?<=ICLR )|(?<=\()|(?<=, )(?=\d{4}\)))(?:19|20)\d\d\b")
+_HEAD_LAG = re.compile(r"\bL\d+H\d+(?:,?\s+at)?\s+(?:lag|delta)\s*=?\s*\d+\b")  # an SDH's name: L16H0 at lag 1
+_LIST_MARK = re.compile(r"^(?:\s*\d+\.(?=\s)|#+\s*\d+(?:\.\d+)*\.?(?=\s))|\(\d\)(?= [A-Z*])", re.M)  # and (1) Inline
 
 
-def quoted_numbers(text: str) -> list[str]:
-    """Decimals and percentages quoted in markdown prose and tables, in order, without repeats.
-
-    A number glued to a word (``L16H0``, ``fp16``) or a version (``3.11.7``) is not one; a ``-`` before it is a
-    sign unless it follows a digit (``0.90-0.95`` is a range of two positive numbers).
-    """
-    prose = _prose(text)
-    seen: dict[str, None] = {}
-    for match in _DIGITS.finditer(prose):
-        token, start, end = match.group(0).replace(" ", ""), match.start(), match.end()
-        before = prose[start - 1] if start else " "
-        after = prose[end] if end < len(prose) else " "
-        mantissa = token.split("e")[0].rstrip("%")
-        if (before.isalnum() or before in "._" or mantissa.count(".") > 1 or (after.isalpha() and after != "x")
-                or ("." not in mantissa and "%" not in token)  # integers, and settings like 1e-3 or 1e4
-                or _REFERENCE.search(prose[max(0, start - 12):start])):
-            continue
-        if before == "-" and not (start >= 2 and (prose[start - 2].isalnum() or prose[start - 2] in "._+")):
-            token = "-" + token
-        seen.setdefault(token, None)
-    return list(seen)
+def _blank(text: str, pattern: re.Pattern) -> str:
+    return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
-@functools.lru_cache(maxsize=None)
-def _formatted(root: str, table: str, decimals: int) -> frozenset[str]:
-    name, _, columns = table.partition(":")  # "t.csv:col_a,col_b" reads only those columns
-    frame = _load(root, name)
-    if columns:
-        wanted = columns.split(",")
-        unknown = [c for c in wanted if c not in frame.columns]
-        if unknown:
-            raise DocsNumberError(f"{name} has no column {unknown} (columns: {', '.join(frame.columns)})")
-        frame = frame[wanted]
-    cells = pd.to_numeric(frame.stack(), errors="coerce").dropna().to_numpy(dtype=float)
-    out = set()
-    for v in cells:
-        if math.isfinite(v):
-            out.add(f"{v:.{decimals}f}")
-            out.add(f"{100 * v:.{decimals}f}%")  # a fraction printed as a percentage
-            out.add(f"{v:.{decimals}f}%")  # a column already in percent
-            out.add(re.sub(r"e([+-])0*(\d)", lambda m: "e" + m.group(1).replace("+", "") + m.group(2), f"{v:.{decimals}e}"))
-    return frozenset(out)
+def _code_masked(text: str) -> str:
+    """``text`` with front matter, fenced / inline code and HTML comments blanked (same length, same lines)."""
+    for pattern in (_FRONT, _FENCE, _COMMENT, _INLINE):
+        text = _blank(text, pattern)
+    return text
 
 
-def backed(token: str, tables: list[str], root: str | Path = ".") -> bool:
-    """Whether some cell of ``tables`` prints as ``token`` at the token's own precision (``0.61`` matches a
-    cell 0.6092; ``49.6%`` a fraction 0.4963; ``-0.37`` only a negative cell)."""
-    body = token.rstrip("%").split("e")[0]
-    decimals = len(body.split(".")[1]) if "." in body else 0
-    return any(token in _formatted(str(root), t, decimals) for t in tables)
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
 
 
-def unbacked(text: str, tables: list[str], allow: dict | list | None = None, root: str | Path = ".") -> list[str]:
-    """Numbers ``text`` quotes that neither a cell of ``tables`` (at printed precision) nor ``allow`` covers.
+def templates(text: str) -> list[tuple[int, str]]:
+    """The ``{{ ... }}`` templates of a markdown text outside code, as ``(line, expression)`` in order."""
+    masked = _code_masked(text)
+    return [(_line(text, m.start()), m.group(1)) for m in _TEMPLATE.finditer(masked)]
+
+
+def hand_typed(text: str, allow: dict | list | tuple = ()) -> list[tuple[int, str]]:
+    """Every number a markdown text quotes outside a template, as ``(line, token)`` in order of appearance.
+
+    Integers, counts and percentages count as much as decimals. Not counted (they are not results): templates,
+    code (CLI examples), HTML comments, link targets and URLs; references after ``Sec.``, ``Table``, ``Fig.``,
+    ``eq.``, ``App.``, ``Def.``, ``Thm``, ``Lemma``, ``Claim``, ``Assumption``, ``paper``, ``issue``, ``Python``,
+    ``version`` ...; the paper ids ``000``-``004``; a year after ``et al.``, a venue, an opening parenthesis or an author (``(Richard, 2024)``); list and
+    heading numbers (and an inline enumeration ``(1) Word``); versions (two dots or more); and numbers that are part of a name: glued to a letter, digit,
+    ``_`` or ``.`` before (``L16H0``, ``r_1``), to a letter after (``7B``, ``2D``, ``fp16``; a multiplier ``20x``
+    is still a number) or after a hyphen or tilde that follows a letter (``Gemma-3``, ``top-1``, ``r~1``); and the lag that names a
+    slash-dominant head with its head (``L16H0 at lag 1``).
 
     Args:
-        text: markdown (templates are skipped: :func:`render` fills them from the tables).
-        tables: CSV names in ``figures/`` that back the page; ``"name.csv:col_a,col_b"`` limits the check to
-            those columns (a wide table matches a 2-digit number by chance).
-        allow: tokens (or token -> reason) that are settings, paper quotes or measurements without a table.
-        root: repository root.
+        text: markdown.
+        allow: exact phrases (or phrase -> reason) whose numbers are not results (settings, paper quotes); each
+            occurrence of the phrase is skipped, not every occurrence of its numbers.
 
     Returns:
-        The unbacked tokens, in order of first appearance.
+        ``(line, token)`` pairs, one per occurrence (``token`` keeps a ``%``).
     """
-    allowed = set(allow or ())
-    return [t for t in quoted_numbers(text) if t not in allowed and not backed(t, tables, root)]
+    masked = _code_masked(text)
+    for phrase in sorted(allow or (), key=len, reverse=True):  # first: a phrase may hold a reference or a paper id
+        masked = _blank(masked, re.compile(re.escape(phrase)))
+    for pattern in (_TEMPLATE, _LINK, _REFERENCE_LIST, _REFERENCE_SPAN, _PAPER_ID, _YEAR, _LIST_MARK, _HEAD_LAG):
+        masked = _blank(masked, pattern)
+    found = []
+    for match in _NUMBER.finditer(masked):
+        start, end = match.span()
+        token = match.group(0).replace(" ", "")
+        before = masked[start - 1] if start else " "
+        before2 = masked[start - 2] if start >= 2 else " "
+        after = masked[end] if end < len(masked) else " "
+        after2 = masked[end + 1] if end + 1 < len(masked) else " "
+        if (before.isalnum() or before in "_."
+                or (before in "-~" and before2.isalpha())  # Gemma-3, top-1, r~1
+                or (after.isalpha() and not (after == "x" and not after2.isalpha()))
+                or token.split("e")[0].count(".") > 1):
+            continue
+        if before == "-" and not (before2.isalnum() or before2 in "._+)"):  # a sign, not a range 0.90-0.95
+            token = "-" + token
+        found.append((_line(text, start), token))
+    return found
+
+
+def rendered_values(text: str, root: str | Path = ".") -> dict[str, str]:
+    """Each template expression of ``text`` with the value it renders to now (raises on the first bad one)."""
+    return {expr: evaluate(expr, root) for _, expr in templates(text)}
+
+
+def find_cells(value: str, tables: list[str], root: str | Path = ".") -> list[str]:
+    """The cells of ``tables`` that print as ``value`` at its own precision (as a fraction or in percent), each
+    described with its row's text columns, to help write the template that binds a number to its cell."""
+    body = value.rstrip("%").replace(",", "")
+    decimals = len(body.split(".")[1]) if "." in body else 0
+    want = float(body) / (100 if value.endswith("%") else 1)
+    out = []
+    for table in tables:
+        frame = _load(str(root), table)
+        keys = [c for c in frame.columns if not pd.api.types.is_float_dtype(frame[c])]
+        for column in frame.columns:
+            cells = pd.to_numeric(frame[column], errors="coerce")
+            scale = 100 if value.endswith("%") else 1
+            hits = cells[[math.isfinite(x) and f"{x * scale:.{decimals}f}" == f"{want * scale:.{decimals}f}"
+                          for x in cells.fillna(float("nan"))]]
+            for i in hits.index:
+                where = ", ".join(f"{k}={_py(frame.at[i, k])!r}" for k in keys if k != column)
+                out.append(f"{table}[{column}] = {_py(frame.at[i, column])!r} where {where}")
+    return out
+
+
+def _py(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def _yaml(path: Path) -> dict:
+    """A YAML file as a mapping ({} when empty); a missing file or bad YAML raises one line naming it."""
+    import yaml
+
+    if not path.is_file():
+        raise DocsNumberError(f"{path} not found: run from the repository root")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise DocsNumberError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)}); quote a value that holds ': '") from None
+
+
+def _spec(root: Path) -> dict:
+    return _yaml(root / SPEC_FILE)
+
+
+def _lock(root: Path) -> dict:
+    path = root / LOCK_FILE
+    return _yaml(path) if path.is_file() else {}
+
+
+def _source(page: str, entry: dict) -> str:
+    return entry.get("source") or page
+
+
+def check(root: str | Path = ".") -> list[str]:
+    """Every problem of the pages ``docs/numbers.yml`` lists, one line each, ``page:line: what and the fix``.
+
+    Checks that every ``docs/results/*.md`` page is listed; that every template resolves (a missing table,
+    column or row is named); that every template renders the value ``docs/numbers.lock.yml`` recorded (else the
+    page is stale against its tables); that a rendered file equals its source rendered now; that no number is
+    hand-typed beyond the page's ``hand_typed`` count (0 when absent; a count that fell must be lowered); and
+    that every allowed phrase is still on its page.
+    """
+    root = Path(root)
+    spec, lock = _spec(root), _lock(root)
+    problems = []
+    results = {p.relative_to(root).as_posix() for p in (root / "docs" / "results").glob("*.md")}
+    problems += [f"{p}: no entry in {SPEC_FILE} (every results page must have one)" for p in sorted(results - set(spec))]
+    for page, entry in spec.items():
+        entry = entry or {}
+        src = _source(page, entry)
+        text = (root / src).read_text()
+        locked = lock.get(src) or {}
+        values = {}
+        for line, expr in templates(text):
+            try:
+                value = values[expr] = evaluate(expr, root)
+            except DocsNumberError as err:
+                problems.append(f"{src}:{line}: {err}")
+                continue
+            if expr not in locked:
+                problems.append(f"{src}:{line}: {{{{ {expr} }}}} = {value} is not in {LOCK_FILE}: read the sentence, "
+                                "then run python -m interp.docs_numbers lock")
+            elif str(locked[expr]) != value:
+                problems.append(f"{src}:{line}: stale: {{{{ {expr} }}}} now renders {value}, the page was written for "
+                                f"{locked[expr]} ({LOCK_FILE}): the table changed; reread the sentence, then run "
+                                "python -m interp.docs_numbers lock")
+        gone = sorted(set(locked) - {e for _, e in templates(text)})
+        if gone:
+            problems.append(f"{src}: {LOCK_FILE} records {len(gone)} templates the page no longer has: run "
+                            "python -m interp.docs_numbers lock")
+        if src != page:
+            try:
+                fresh = render(text, root)
+            except DocsNumberError:
+                fresh = None  # reported above, line by line
+            current = (root / page).read_text() if (root / page).is_file() else ""
+            if fresh is not None and fresh != current:
+                diff = next((i + 1 for i, (a, b) in enumerate(zip(fresh.splitlines(), current.splitlines())) if a != b),
+                            min(len(fresh.splitlines()), len(current.splitlines())) + 1)
+                problems.append(f"{page}:{diff}: stale: differs from {src} rendered now: run "
+                                "python -m interp.docs_numbers render")
+        allow = entry.get("allow") or {}
+        masked = _code_masked(text)
+        problems += [f"{src}: {SPEC_FILE} allows the phrase {p!r}, which the page no longer has" for p in allow
+                     if p not in masked]
+        typed = hand_typed(text, allow)
+        limit = int(entry.get("hand_typed", 0))
+        if len(typed) > limit:
+            if limit == 0:
+                problems += [f"{src}:{line}: hand-typed number {tok}: bind it to its cell with {{{{ num(...) }}}} "
+                             f"(or, if it is not a result, allow the phrase with its reason in {SPEC_FILE})"
+                             for line, tok in typed]
+            else:
+                problems.append(f"{src}: {len(typed)} hand-typed numbers, {SPEC_FILE} allows at most {limit} while the "
+                                "page is being templated (the count may only fall): bind the new ones with templates")
+        elif len(typed) < limit:
+            problems.append(f"{src}: {len(typed)} hand-typed numbers left, {SPEC_FILE} still says {limit}: lower it")
+    return problems
+
+
+def write_lock(root: str | Path = ".") -> Path:
+    """Record the value every template of the listed pages renders now in ``docs/numbers.lock.yml``."""
+    import yaml
+
+    root = Path(root)
+    out = {}
+    for page, entry in _spec(root).items():
+        src = _source(page, entry or {})
+        values = rendered_values((root / src).read_text(), root)
+        if values:
+            out[src] = dict(sorted(values.items()))
+    path = root / LOCK_FILE
+    header = ("# The value each template rendered to when its page was last read (python -m interp.docs_numbers lock).\n"
+              "# tests/test_docs_numbers.py fails when a table change makes a template render something else.\n")
+    path.write_text(header + yaml.safe_dump(out, sort_keys=True, allow_unicode=True, width=100000))
+    return path
+
+
+def write_rendered(root: str | Path = ".") -> list[Path]:
+    """Rewrite every rendered file (an entry with a ``source``, e.g. README.md) from its template source."""
+    root = Path(root)
+    written = []
+    for page, entry in _spec(root).items():
+        if (entry or {}).get("source"):
+            (root / page).write_text(render((root / entry["source"]).read_text(), root))
+            written.append(root / page)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m interp.docs_numbers check | lock | render | find VALUE TABLE...`` (run at the repository root)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in ("check", "lock", "render", "find"):
+        print("usage: python -m interp.docs_numbers check | lock | render | find VALUE TABLE.csv...", file=sys.stderr)
+        return 2
+    try:
+        return _command(args)
+    except DocsNumberError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _command(args: list[str]) -> int:
+    import sys
+
+    if args[0] == "check":
+        problems = check(".")
+        print("\n".join(problems) or "docs numbers: ok")
+        return 1 if problems else 0
+    if args[0] == "lock":
+        print(write_lock("."))
+    elif args[0] == "render":
+        print("\n".join(str(p) for p in write_rendered(".")) or "nothing to render")
+    else:
+        if len(args) < 3:
+            print("usage: python -m interp.docs_numbers find VALUE TABLE.csv...", file=sys.stderr)
+            return 2
+        print("\n".join(find_cells(args[1], args[2:], ".")) or f"no cell prints as {args[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

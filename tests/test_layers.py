@@ -26,7 +26,7 @@ LAYERS = [
     ["interp.engine"],
     ["interp.experiments"],
     ["interp.report"],
-    ["interp.cli", "interp.docs_numbers"],
+    ["interp.cli", "interp.docs_numbers", "interp.docs_claims"],
 ]
 SHIMS = {"interp", "interp.scan", "interp.capture", "interp.rope_variants", "interp.arch", "interp.tiny", "interp.taps",
          "interp.intervene", "interp.executor", "interp.ablation", "interp.sweep", "interp.kernels"} | {

@@ -1,0 +1,44 @@
+"""The claims table (issue 33, part 2): one data file, one verdict vocabulary, each verdict with its evidence."""
+
+from pathlib import Path
+
+import pytest
+
+from interp import docs_claims as dc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_claims_file_is_valid_and_the_page_is_current():
+    problems = dc.check(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_verdict_is_from_the_vocabulary_and_every_paper_has_claims():
+    claims = dc.load(ROOT)
+    assert {c["verdict"] for c in claims} <= set(dc.VERDICTS)
+    assert {str(c["paper"]) for c in claims} == {"000", "001", "002", "003", "004"}
+
+
+def test_the_verdicts_issue_33_names_are_what_the_numbers_support():
+    by_id = {c["id"]: c for c in dc.load(ROOT)}
+    assert by_id["000a"]["verdict"] == "reproduced in part"  # 20x, not 000's range; seed 2 at about half
+    assert by_id["003e"]["verdict"] == "untested"  # recovery interval [-834%, 1009%]
+    assert by_id["001d"]["verdict"] == "untested"  # the sink break on two prompts of one model, no interval
+    assert by_id["004g"]["verdict"] == "untested"  # Assumption 4.1 itself was never measured
+    assert by_id["004e"]["verdict"] == "reproduced in part"  # Gemma-3 untested at the paper's dose
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"verdict": "yes"}, "is not one of"),
+    ({"verdict": "reproduced", "interval": ""}, "without 'interval'"),
+    ({"verdict": "reproduced", "interval": "about right"}, "must be a 95% interval"),
+    ({"verdict": "untested", "to_run": ""}, "without 'to_run'"),
+    ({"evidence": "nowhere.md"}, "not found"),
+])
+def test_a_claim_without_its_evidence_fails(bad, message):
+    good = {"id": "x", "paper": "000", "claim": "c", "where": "Fig. 1", "verdict": "reproduced", "effect": "e",
+            "interval": "95% bootstrap", "range": "r", "protocol": "p", "evidence": "paper-000.md"}
+    others = [dict(good, id=f"p{p}", paper=p) for p in ("001", "002", "003", "004")]
+    assert dc.problems([good] + others, ROOT) == []
+    assert any(message in p for p in dc.problems([dict(good, **bad)] + others, ROOT))
