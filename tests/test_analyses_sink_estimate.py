@@ -1,16 +1,14 @@
 """The sink-estimate table's quick mode: the estimate leaves has_sink and every other heads.csv column unchanged."""
 
-import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1] / "analyses"
+from tests.conftest import load_script
+
+SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "benchmarks" / "sink_estimate.py"
 
 
 def test_sink_estimate_quick_mode(tmp_path):
-    spec = importlib.util.spec_from_file_location("sink_estimate", ROOT / "benchmarks" / "sink_estimate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    table = mod.main(["--quick", "--out", str(tmp_path)])
+    table = load_script(SCRIPT).main(["--quick", "--out", str(tmp_path)])
     row = table.iloc[0]
     assert bool(row["has_sink_equal"]) and row["other_columns_max_diff"] < 1e-6  # only the estimated column moves
     assert 0 < row["mean_abs_error"] <= row["max_abs_error"] < 0.05  # 32 of 96 rows: an estimate, close to the mean
