@@ -187,6 +187,8 @@ def scan(
     inp: bool = typer.Option(False, "--inp", help="also the per-plane InP spectrum of every head (paper 004 eq. 8-9; ~+50% time)"),
     counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
                                         help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
+    full_profile: bool = typer.Option(False, "--full-profile", help="score every lag (the whole lag profile); by default only lags "
+                                      "0..63 and the long range 500..5000, the others NaN (on a GPU the scan then skips their tiles)"),
     counterfactual_queries: int = typer.Option(256, "--counterfactual-queries", min=0,
                                                help="query rows per prompt for the pre-RoPE sink weight (a seeded stratified sample); "
                                                     "0 = every query, exact"),
@@ -215,7 +217,7 @@ def scan(
 
     try:
         cfg = switch_on(ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, counterfactual_queries=counterfactual_queries,
-                                   long_min_frac=long_min_frac, inp=inp),
+                                   full_profile=full_profile, long_min_frac=long_min_frac, inp=inp),
                              measure)  # checks ranges and names
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype, device_map=device_map)

@@ -130,3 +130,15 @@ def test_ablate_takes_the_engine_flag(tmp_path):
     pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
     res = runner.invoke(app, ["ablate", "tiny-llama", "--engine", "warp", "--out", str(tmp_path / "x")])
     assert res.exit_code == 2 and "warp" in res.output and not (tmp_path / "x").exists()
+
+
+def test_full_profile_and_exact_counterfactual_flags(tmp_path):
+    """--full-profile scores every lag (same heads.csv), --counterfactual-queries 0 the exact pre-RoPE sink weight
+    (equal to the default's at 80 tokens, below its 256 rows); a negative row count is refused in one line."""
+    args = ["scan", "tiny-llama", "--prompts", "2", "--tokens", "80"]
+    assert runner.invoke(app, args + ["--out", str(tmp_path / "d")]).exit_code == 0
+    res = runner.invoke(app, args + ["--full-profile", "--counterfactual-queries", "0", "--out", str(tmp_path / "f")])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "d" / "heads.csv"), pd.read_csv(tmp_path / "f" / "heads.csv"), rtol=1e-6)
+    bad = runner.invoke(app, args + ["--counterfactual-queries", "-1", "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "counterfactual-queries" in bad.output

@@ -219,7 +219,8 @@ class Measure:
     def lag_window(self, cfg) -> tuple[tuple[int, int], ...] | None:
         """The lags of the ``lag`` product this measure reads under ``cfg``: inclusive ``(lo, hi)`` ranges, or None for
         every lag (the default). The engine computes the union over the enabled measures that need ``lag`` and may
-        leave the sums of other lags at 0 (the GPU engine then skips the tiles that hold only such lags)."""
+        leave the sums of other lags at 0 (the GPU engine then skips the tiles that hold only such lags), so a measure
+        that declares a window must not read other lags (``interp.measures.slash`` scores them NaN)."""
         return None
 
     def columns(self, cfg) -> Sequence[Column]:

@@ -30,6 +30,11 @@ a lag that passes it passes the exact leave-one-out test; it can refuse a lag wh
 just clears ``kappa_long`` when the prompts' scores are very uneven (for ``n = 2`` the bound is exact). With one
 prompt there is nothing to leave out and the plain fraction rule applies (scan >= 3 prompts for the rule to
 separate a repeat from a position). ``long_leave_one_out=False`` restores the plain fraction rule.
+
+Which lags are scored: lags 0..63 (the report's short profile, and at least the short lags) and the ``long_lags``
+range (``profile_window``); other lags are NaN in ``slash_scores`` (their prompts are not counted), so the engine
+need not compute them (the GPU engine skips their tiles). ``full_profile=True`` (``interp scan --full-profile``)
+scores every lag, for studies of the whole profile's shape.
 """
 
 from __future__ import annotations
