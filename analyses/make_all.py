@@ -53,7 +53,8 @@ BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_
               "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",
               "startup": HERE / "benchmarks" / "startup.py", "atlas_cost": HERE / "benchmarks" / "atlas_cost.py",
               "page_load": HERE / "benchmarks" / "page_load.py",
-              "gpu_scan": HERE / "benchmarks" / "gpu_scan.py"}  # full mode needs a CUDA GPU (skips, saying so, without one)
+              "gpu_scan": HERE / "benchmarks" / "gpu_scan.py",  # full mode needs a CUDA GPU (skips, saying so, without one)
+              "sink_estimate": HERE / "benchmarks" / "sink_estimate.py"}
 
 
 def scripts(benchmarks: bool = False) -> dict[str, Path]:
