@@ -178,7 +178,8 @@ class EffectsResult:
 def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean_logp: Float[torch.Tensor, "row pos vocab"],
                 tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the mean over its ``N - 1`` predictions of ``NLL(intervened) - NLL(clean)`` and of
-    ``KL(clean || intervened)`` (nats), computed one row at a time in float32 (float64 sums).
+    ``KL(clean || intervened)`` (nats), one row at a time: log-softmax in float32, the KL sum in float64 (float32
+    rounding of the log-probabilities leaves KL >= -1e-7 for identical distributions).
 
     Args:
         logits: intervened logits; clean_logp: clean log-probabilities (same rows); tokens: ``[row, pos]`` ids.
@@ -192,7 +193,8 @@ def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean_logp: Float[
         lc = clean_logp[b, :-1].float()
         nxt = tokens[b, 1:].to(lp.device)[:, None]
         dn[b] = float((lc.gather(1, nxt) - lp.gather(1, nxt)).double().mean())
-        kl[b] = float((lc.exp() * (lc - lp)).sum(-1).double().mean())
+        lcd = lc.double()
+        kl[b] = float((lcd.exp() * (lcd - lp.double())).sum(-1).mean())
     return dn, kl
 
 
@@ -464,3 +466,34 @@ def _meta(model, cfg: EffectsConfig, toks: torch.Tensor, method: str, secs: floa
             "clean_nll": float(nll.mean()), "clean_nll_prompt": [float(x) for x in nll],
             "predictions": int(toks.shape[0] * (toks.shape[1] - 1)), "config": c, "seconds": secs,
             "device": str(model.device), **extra}
+
+
+def model_grid(name: str) -> tuple[int, int] | None:
+    """``(n_layers, n_heads)`` of a model read without loading its weights (so the command line can check ``--heads``
+    before the model loads): a tiny model's config, a ``local:PATH`` folder's ``config.json``, an installed zoo
+    model's GGUF header. None where that cannot be read cheaply (a hub id, a zoo model not installed)."""
+    import json
+    from pathlib import Path
+
+    try:
+        if name.startswith("tiny-"):
+            from interp.models.tiny import TINY
+
+            c = TINY[name].config()
+            return int(c.num_hidden_layers), int(c.num_attention_heads)
+        if name.startswith("local:"):
+            c = json.loads((Path(name[len("local:"):]) / "config.json").read_text())
+            c = c.get("text_config", c)
+            return int(c.get("num_hidden_layers", c.get("n_layer"))), int(c.get("num_attention_heads", c.get("n_head")))
+        from interp.models.zoo import ZOO, gguf_path, is_installed
+
+        if name in ZOO and is_installed(name):
+            import gguf
+
+            r = gguf.GGUFReader(gguf_path(name))
+            arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+            get = lambda k: int(r.fields[f"{arch}.{k}"].parts[r.fields[f"{arch}.{k}"].data[0]][0])  # noqa: E731
+            return get("block_count"), get("attention.head_count")
+    except Exception:  # noqa: BLE001 - any unreadable source: the check happens after loading instead
+        return None
+    return None
