@@ -175,14 +175,23 @@ class EffectsResult:
 # --------------------------------------------------------------------------------------------
 
 
-def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean_logp: Float[torch.Tensor, "row pos vocab"],
+def clean_dist(logits: Float[torch.Tensor, "pos vocab"]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log p, p)`` of the clean next-token distributions at the first ``pos - 1`` positions (float32), kept per
+    prompt for ``token_stats``."""
+    lc = torch.log_softmax(logits[:-1].float(), -1)
+    return lc, lc.exp()
+
+
+def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean: Sequence[tuple[torch.Tensor, torch.Tensor]],
                 tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the mean over its ``N - 1`` predictions of ``NLL(intervened) - NLL(clean)`` and of
-    ``KL(clean || intervened)`` (nats), one row at a time: log-softmax in float32, the KL sum in float64 (float32
-    rounding of the log-probabilities leaves KL >= -1e-7 for identical distributions).
+    ``KL(clean || intervened)`` (nats).
+
+    Float32, one row at a time (log-softmax, then ``sum p_clean (log p_clean - log p)``): the per-position error is
+    about 1e-6 nats, so a KL of identical distributions can read as -1e-6.
 
     Args:
-        logits: intervened logits; clean_logp: clean log-probabilities (same rows); tokens: ``[row, pos]`` ids.
+        logits: intervened logits; clean: per row ``clean_dist`` of its prompt; tokens: ``[row, pos]`` ids.
 
     Returns:
         ``(dnll [row], kl [row])`` float64.
@@ -190,11 +199,10 @@ def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean_logp: Float[
     dn, kl = np.zeros(logits.shape[0]), np.zeros(logits.shape[0])
     for b in range(logits.shape[0]):
         lp = torch.log_softmax(logits[b, :-1].float(), -1)
-        lc = clean_logp[b, :-1].float()
+        lc, pc = clean[b]
         nxt = tokens[b, 1:].to(lp.device)[:, None]
         dn[b] = float((lc.gather(1, nxt) - lp.gather(1, nxt)).double().mean())
-        lcd = lc.double()
-        kl[b] = float((lcd.exp() * (lcd - lp.double())).sum(-1).mean())
+        kl[b] = float((pc * (lc - lp)).sum(-1).double().mean())
     return dn, kl
 
 
@@ -330,12 +338,12 @@ def clean_pass(model, prompts: torch.Tensor) -> CleanPass:
     return CleanPass(resid, rec.means(), nll, cur["tuple"])
 
 
-def _clean_logp(model, clean: CleanPass, prompt_idx: torch.Tensor) -> torch.Tensor:
-    """``[row, pos, vocab]`` clean log-probabilities of the given prompts, from the cached final residual through the
-    model's own final norm and LM head (every layer a pass-through)."""
+def _clean_dists(model, clean: CleanPass, prompt_idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``clean_dist`` of the given prompts, from the cached final residual through the model's own final norm and LM
+    head (every layer a pass-through)."""
     with skip_layers(model, clean.resid.shape[0] - 1, clean.as_tuple):
         logits = model.hf(inputs_embeds=clean.resid[-1, prompt_idx], use_cache=False).logits
-    return torch.log_softmax(logits.float(), -1)
+    return [clean_dist(x) for x in logits]
 
 
 def _rows_per_forward(config: EffectsConfig, n_tokens: int, vocab: int) -> int:
@@ -390,7 +398,7 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
         by_layer.setdefault(l, []).append(h)
     bar = _progress(len(order) * P, progress, f"effects {model.card.name}")
     dev = clean.resid.device
-    cache: dict[int, torch.Tensor] = {}  # prompt -> clean log-probs [pos, vocab], for the prompts of the current chunk
+    cache: dict[int, tuple] = {}  # prompt -> clean_dist, for the prompts of the current chunk
     try:
         with torch.inference_mode():
             for l in sorted(by_layer):
@@ -403,13 +411,12 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
                         cache = {p: cache[p] for p in need if p in cache}
                         missing = [p for p in need if p not in cache]
                         if missing:
-                            lp = _clean_logp(model, clean, torch.tensor(missing, device=dev))
-                            cache.update({p: lp[i] for i, p in enumerate(missing)})
+                            cache.update(zip(missing, _clean_dists(model, clean, torch.tensor(missing, device=dev))))
                         pidx = torch.tensor([p for p, _ in chunk], device=dev)
                         with head_intervention(model, [(l, h) for _, h in chunk], rows=[[i] for i in range(len(chunk))], **kw), \
                                 skip_layers(model, l, clean.as_tuple):
                             logits = model.hf(inputs_embeds=clean.resid[l, pidx], use_cache=False).logits
-                        d1, k1 = token_stats(logits, torch.stack([cache[p] for p, _ in chunk]), toks[pidx.cpu()])
+                        d1, k1 = token_stats(logits, [cache[p] for p, _ in chunk], toks[pidx.cpu()])
                         for i, (p, h) in enumerate(chunk):
                             r = index[(l, h, name)]
                             dn[r, p], kl[r, p] = d1[i], k1[i]
@@ -438,8 +445,8 @@ def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progre
     t0 = time.perf_counter()
     ref_means = head_means(model, toks) if means is None and "mean" in cfg.interventions else means
     with torch.inference_mode():
-        clean_lp = [torch.log_softmax(model.hf(toks[p][None].to(model.device), use_cache=False).logits.float(), -1) for p in range(P)]
-    nll = np.array([float(-lp[0, :-1].gather(1, toks[p, 1:, None].to(lp.device)).mean()) for p, lp in enumerate(clean_lp)])
+        clean = [clean_dist(model.hf(toks[p][None].to(model.device), use_cache=False).logits[0]) for p in range(P)]
+    nll = np.array([float(-lc.gather(1, toks[p, 1:, None].to(lc.device)).double().mean()) for p, (lc, _) in enumerate(clean)])
     order = _order(heads, cfg.interventions)
     dn, kl = np.zeros((len(order), P)), np.zeros((len(order), P))
     bar = _progress(len(order) * P, progress, f"effects (naive) {model.card.name}")
@@ -449,7 +456,7 @@ def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progre
                 with head_intervention(model, [(l, h)], **intervention_kwargs(name, cfg, ref_means)):
                     for p in range(P):
                         logits = model.hf(toks[p][None].to(model.device), use_cache=False).logits
-                        d1, k1 = token_stats(logits, clean_lp[p], toks[p][None])
+                        d1, k1 = token_stats(logits, [clean[p]], toks[p][None])
                         dn[r, p], kl[r, p] = d1[0], k1[0]
                         bar.update(1)
     finally:
