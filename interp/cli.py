@@ -696,15 +696,16 @@ def effects(
     prompts: int = PROMPTS,
     tokens: int = typer.Option(256, help="tokens per prompt"),
     seed: int = SEED,
-    interventions: str = typer.Option("zero,mean,streaming", help="comma-separated: zero, mean, streaming, rope_high, "
-                                      "rope_medium, rope_low, nope"),
+    interventions: Optional[str] = typer.Option(None, help="comma-separated: zero, mean, streaming, rope_high, rope_medium, "
+                                                "rope_low, nope [default: zero,mean,streaming; zero,mean with --method attribution]"),
     heads: str = typer.Option("all", help="all, or LAYER:HEAD pairs, e.g. 3:1,17:0"),
     sink: int = typer.Option(4, help="streaming: keys 0..SINK-1 stay visible (DuoAttention: 128 on long contexts)"),
     window: int = typer.Option(64, help="streaming: the last WINDOW keys stay visible, the query included (DuoAttention: 256)"),
     n_remove: int = typer.Option(6, help="rope_*: planes of the band left unrotated (paper 004: 6)"),
     bootstrap: int = typer.Option(1000, help="prompt resamples for the 95%% interval of dnll"),
     method: str = typer.Option("exact", help="exact (cached residual stream, heads batched) | naive (one full forward per "
-                               "head, intervention and prompt: the reference)"),
+                               "head, intervention and prompt: the reference) | attribution (linearised zero / mean effects "
+                               "from one forward and one backward per prompt; kl empty)"),
     atlas: Optional[Path] = typer.Option(None, help="an atlas.csv (interp atlas) whose roles the page shows on hover"),
     max_logits_gb: float = typer.Option(1.0, help="bound on one forward's logits (rows x tokens x vocab float32)"),
     out: Path = typer.Option(Path("out/effects"), help="output folder (created; effects.csv, effects.json, effects.html go in it)"),
@@ -713,7 +714,8 @@ def effects(
     top: int = typer.Option(10, help="rows of the largest-effect table to print"),
 ) -> None:
     """Causal head effects: next-token NLL change (with a 95% bootstrap interval over prompts) and KL when each head is
-    zeroed, mean-ablated, restricted to DuoAttention's A-shape (streaming) or has RoPE planes unrotated.
+    zeroed, mean-ablated, restricted to DuoAttention's A-shape (streaming) or has RoPE planes unrotated; --method
+    attribution gives the linearised zero / mean effects (Nanda 2023; Syed et al. 2023) from one backward pass.
 
     Writes effects.csv (layer, head, intervention, dnll, dnll_lo, dnll_hi, kl; atomically: an interrupted run leaves
     no new file), effects.json (clean NLL, settings, timing) and effects.html (a layer x head grid per intervention).
@@ -721,11 +723,16 @@ def effects(
     t_start = time.perf_counter()
     from interp.experiments.effects import EffectsConfig, model_grid, parse_heads, parse_interventions
 
-    if method not in ("exact", "naive"):
-        _fail(InterpError(f"unknown --method {method!r}; use exact or naive"))
+    if method not in ("exact", "naive", "attribution"):
+        _fail(InterpError(f"unknown --method {method!r}; use exact, naive or attribution"))
+    if interventions is None:
+        interventions = "zero,mean" if method == "attribution" else "zero,mean,streaming"
     try:
         cfg = EffectsConfig(interventions=parse_interventions(interventions), heads=parse_heads(heads), sink=sink, window=window,
                             n_remove=n_remove, bootstrap=bootstrap, seed=seed, max_logits_gb=max_logits_gb)
+        bad = [k for k in cfg.interventions if k not in ("zero", "mean")]
+        if method == "attribution" and bad:
+            raise InterpError(f"--method attribution linearises zero and mean only, got {', '.join(bad)}; use --method exact for them")
         grid = model_grid(model)
         cfg.check(*(grid or (None, None)), n_tokens=tokens)
     except InterpError as err:
@@ -735,6 +742,7 @@ def effects(
     import pandas as pd
 
     from interp import corpus as corpus_mod
+    from interp.experiments.attribution import attribution_effects
     from interp.experiments.effects import head_effects, naive_effects
     from interp.models import load_model
     from interp.report.effects_page import write_effects
@@ -744,7 +752,7 @@ def effects(
             m = load_model(model, device=device, dtype=dtype)
         cfg.check(m.card.n_layers, m.card.n_heads, tokens)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
-        run = head_effects if method == "exact" else naive_effects
+        run = {"exact": head_effects, "naive": naive_effects, "attribution": attribution_effects}[method]
         kw = {"log": lambda s: console.print(escape(s), soft_wrap=True)} if method == "exact" else {}
         res = run(m, p, cfg, progress=True, **kw)
     except InterpError as err:

@@ -154,6 +154,15 @@ def test_an_interrupted_run_leaves_no_effects_csv(tmp_path, monkeypatch):
     assert not (tmp_path / "o" / "effects.csv").exists()
 
 
+def test_cli_attribution_writes_linearised_zero_and_mean(tmp_path):
+    res = runner.invoke(app, ["effects", "tiny-llama", "--prompts", "2", "--tokens", "20", "--method", "attribution",
+                              "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    t = pd.read_csv(tmp_path / "a" / "effects.csv")
+    assert list(t.columns) == list(COLUMNS) and set(t["intervention"]) == {"zero", "mean"} and t["kl"].isna().all()
+    assert json.loads((tmp_path / "a" / "effects.json").read_text())["method"] == "attribution"
+
+
 def test_cli_writes_the_table(tmp_path):
     res = runner.invoke(app, ["effects", "tiny-qwen2", "--prompts", "2", "--tokens", "24", "--heads", "0:1,1:3",
                               "--interventions", "zero,streaming,nope", "--sink", "2", "--window", "4", "--out", str(tmp_path / "e")])
@@ -173,6 +182,7 @@ def test_cli_writes_the_table(tmp_path):
     (["--interventions", "zero,ablate"], "unknown intervention 'ablate'; use one of zero, mean, streaming, rope_high"),
     (["--interventions", ""], "no interventions given"),
     (["--method", "fast"], "unknown --method 'fast'"),
+    (["--method", "attribution", "--interventions", "zero,streaming"], "linearises zero and mean only, got streaming"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_the_model_loads(tmp_path, monkeypatch, args, message):
     def no_load(*a, **k):
