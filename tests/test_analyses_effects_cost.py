@@ -22,6 +22,8 @@ def test_quick_effects_cost(tmp_path):
     assert df.loc["effects", "speedup"] == pytest.approx(df.loc["naive", "seconds"] / df.loc["effects", "seconds"], rel=1e-3)
     assert df.loc["effects", "ratio"] == pytest.approx(df.loc["effects", "seconds"] / df.loc["scan", "seconds"], rel=1e-3)
     assert df.loc["effects", "max_abs_diff"] < 1e-4
+    t = pd.read_csv(tmp_path / "effects_tiny-llama.csv")
+    assert len(t) == 8 * 3 and set(t["intervention"]) == {"zero", "mean", "streaming"}
 
 
 def test_naive_sample_spreads_over_the_layers_and_extrapolates(tmp_path):
@@ -31,3 +33,13 @@ def test_naive_sample_spreads_over_the_layers_and_extrapolates(tmp_path):
     df = mod.main(["--quick", "--naive-heads", "3", "--interventions", "zero", "--out", str(tmp_path)]).set_index("run")
     assert bool(df.loc["naive", "extrapolated"]) and df.loc["naive", "measured_runs"] == 3 * 2
     assert df.loc["naive", "seconds"] == pytest.approx(df.loc["naive", "measured_s"] * 8 / 3, rel=1e-9)
+
+
+def test_attribution_rows_and_agreement(tmp_path):
+    mod = load_script(ROOT / "benchmarks" / "effects_cost.py")
+    df = mod.main(["--quick", "--attribution", "--out", str(tmp_path)]).set_index("run")
+    assert df.loc["attribution", "interventions"] == "zero,mean" and df.loc["attribution", "runs"] == 2
+    agree = pd.read_csv(tmp_path / "attribution_agreement.csv")
+    assert set(agree["intervention"]) == {"zero", "mean"} and set(agree["depth"]) >= {"all", "early", "late"}
+    assert (agree.loc[agree["depth"] == "all", "heads"] == 8).all()
+    assert agree["spearman"].dropna().between(-1, 1).all()

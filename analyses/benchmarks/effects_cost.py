@@ -11,15 +11,21 @@ On the same prompts, in one process, one after the other:
   ``--naive-heads K`` only K heads spread over the layers run and the time is scaled to every head (``extrapolated``
   says so); the default runs every head.
 
+- ``attribution``: ``interp.experiments.attribution.attribution_effects`` (linearised zero and mean effects of every
+  head, one forward and one backward per prompt; Nanda 2023, Syed et al. 2023), with ``--attribution``.
+
 ``ratio`` = seconds / ``scan`` seconds; ``speedup`` (on the ``effects`` row) = naive seconds / effects seconds;
 ``max_abs_diff`` = the largest |dnll| or |kl| difference between the fast path and the naive loop over the heads both
 ran (nats; the tests hold it under 1e-4). Wall seconds, with the GPU synchronised; one warm-up run of each method on
 one layer first (Triton compilation, first-call costs). ``--random-weights`` builds the model from its published
 config with random weights (seed 0) and random prompts: the cost is the same, and a GGUF file of 98 MB cannot travel
-to the GPU machine. Writes ``figures/effects_cost.csv``.
+to the GPU machine. Writes ``figures/effects_cost.csv``, the fast path's table ``figures/effects_<model>.csv``
+(``interp effects``' columns, 1000 bootstrap resamples) and, with ``--attribution``,
+``figures/attribution_agreement.csv`` (``interp.experiments.attribution.agreement``: Spearman's rho of attributed
+against exact zero / mean effects over all heads and per depth third, the worst heads).
 
     python analyses/benchmarks/effects_cost.py [--model smollm2-135m] [--prompts 8] [--tokens 512] [--device cuda]
-        [--random-weights] [--naive-heads K] [--quick] [--out DIR]
+        [--random-weights] [--naive-heads K] [--attribution] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--naive-heads", type=int, default=0, help="heads of the naive loop (0: all)")
     ap.add_argument("--max-logits-gb", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads)")
+    ap.add_argument("--attribution", action="store_true", help="also attribution patching and its agreement with the exact effects")
     ap.add_argument("--quick", action="store_true", help="tiny-llama, 2 prompts x 32 tokens, every head (for the tests)")
     ap.add_argument("--out", type=Path, default=ROOT / "figures")
     args = parse_tracked(ap, argv, __file__)
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         prompts = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
     L, H = model.card.n_layers, model.card.n_heads
     kinds = parse_interventions(args.interventions)
-    cfg = EffectsConfig(interventions=kinds, bootstrap=0, max_logits_gb=args.max_logits_gb)
+    cfg = EffectsConfig(interventions=kinds, bootstrap=1000, max_logits_gb=args.max_logits_gb)
     naive_heads = spread_heads(L, H, args.naive_heads) if 0 < args.naive_heads < L * H else None
     # warm-up: one layer's heads on one short prompt by each method, and a short scan
     warm = prompts[:1, : min(64, args.tokens)]
@@ -133,6 +140,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     t_scan, _ = timed(lambda: scan(model, prompts, ScanConfig()), dev)
     t_fwd, _ = timed(forward, dev)
     t_eff, fast = timed(lambda: head_effects(model, prompts, cfg), dev)
+    linear = tuple(k for k in kinds if k in ("zero", "mean"))
+    if args.attribution and linear:
+        from interp.experiments.attribution import agreement, attribution_effects
+
+        attribution_effects(model, warm, EffectsConfig(interventions=linear, bootstrap=0))  # warm-up
+        t_attr, attr = timed(lambda: attribution_effects(model, prompts, EffectsConfig(interventions=linear, bootstrap=1000)), dev)
     t_naive, slow = timed(lambda: naive_effects(model, prompts, EffectsConfig(interventions=kinds, heads=naive_heads, bootstrap=0)), dev)
     runs_all = L * H * len(kinds) * args.prompts
     runs_naive = (len(naive_heads) if naive_heads else L * H) * len(kinds) * args.prompts
@@ -152,12 +165,22 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         {**base, "run": "naive", "seconds": t_naive_all, "runs": runs_all, "extrapolated": naive_heads is not None,
          "measured_s": t_naive, "measured_runs": runs_naive},
     ]
+    if args.attribution and linear:
+        rows.append({**base, "run": "attribution", "seconds": t_attr, "runs": args.prompts, "extrapolated": False,
+                     "interventions": ",".join(linear)})
     df = pd.DataFrame(rows)
     df["ratio"] = df["seconds"] / t_scan
     df["speedup"] = np.where(df["run"] == "effects", t_naive_all / t_eff, np.nan)
     df["max_abs_diff"] = np.where(df["run"].isin(["effects", "naive"]), diff, np.nan)
     args.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out / "effects_cost.csv", index=False)
+    table = fast.table.assign(model=args.model, prompts=args.prompts, tokens=args.tokens)
+    table.to_csv(args.out / f"effects_{args.model}.csv", index=False)
+    if args.attribution and linear:
+        agree = agreement(fast.table[fast.table["intervention"].isin(linear)], attr.table, L).assign(
+            model=args.model, prompts=args.prompts, tokens=args.tokens)
+        agree.to_csv(args.out / "attribution_agreement.csv", index=False)
+        print(agree[["intervention", "depth", "heads", "spearman", "sign_agree", "worst"]].to_string(index=False))
     print(df[["run", "seconds", "runs", "ratio", "speedup", "max_abs_diff", "extrapolated"]].to_string(index=False))
     return df
 
