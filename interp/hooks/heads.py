@@ -34,6 +34,9 @@ implementation for the whole layer and then overwrites the chosen heads' outputs
 ``heads[i]`` is changed.
 
 GPT-J builds its own attention (no ``AttentionInterface``): ``zero`` and ``mean`` work, the others raise.
+``interp.scan`` and ``capture(patterns=True)`` compute attention themselves (their tap does not call the model's
+attention function), so a forward of theirs inside a ``streaming`` / ``rope_band`` / ``nope`` block raises instead of
+silently measuring the unchanged heads; ``zero`` and ``mean`` (output projection hooks) stay active under them.
 """
 
 from __future__ import annotations
@@ -200,6 +203,7 @@ class _Edit:
 _EDITS: dict[int, list[_Edit]] = {}  # id(attention module) -> its edits, while some head_intervention is active
 _DELEGATE: dict[int, object] = {}  # id(attention module) -> the attention function the model ran before
 _TABLES: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(attention module) -> its (cos, sin) of this forward
+_PENDING: set[int] = set()  # attention modules entered whose edits have not run yet (cleared by _heads_attention)
 
 
 def _visible(mask: torch.Tensor | None, n_q: int, n_k: int, window: int | None, device) -> torch.Tensor:
@@ -238,6 +242,7 @@ def _heads_attention(module, query, key, value, attention_mask, scaling=None, dr
     out, w = delegate(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                       sliding_window=sliding_window, softcap=softcap, **kw)
     edits = _EDITS.get(id(module))
+    _PENDING.discard(id(module))
     if not edits:
         return out, w
     scale = float(scaling if scaling is not None else module.scaling)
@@ -395,9 +400,18 @@ def head_intervention(model, heads: Sequence[tuple[int, int]], kind: str, *, sin
     outermost = previous != ATTN_NAME
     need_tables = kind in ("rope_band", "nope")
 
-    def keep_tables(module, args, kwargs):
-        cos, sin = kwargs["position_embeddings"]
-        _TABLES[id(module)] = (cos, sin)
+    def enter(module, args, kwargs):
+        _PENDING.add(id(module))
+        if need_tables:
+            cos, sin = kwargs["position_embeddings"]
+            _TABLES[id(module)] = (cos, sin)
+
+    def check_ran(module, args, kwargs, out):
+        if id(module) in _PENDING:
+            _PENDING.discard(id(module))
+            raise ConfigError(f"the {kind!r} head intervention did not run: this forward routed attention around transformers' "
+                              f"attention interface (interp.scan's engine or capture(patterns=True) compute attention "
+                              f"themselves); run the model directly inside the block, or use zero / mean")
 
     try:
         if outermost:
@@ -408,8 +422,9 @@ def head_intervention(model, heads: Sequence[tuple[int, int]], kind: str, *, sin
             hf.set_attn_implementation(ATTN_NAME)
         for mid, es in edits.items():
             _EDITS.setdefault(mid, []).extend(es)
-        if need_tables:
-            handles = [mods[l].register_forward_pre_hook(keep_tables, with_kwargs=True) for l in sorted({l for l, _ in heads})]
+        for l in sorted({l for l, _ in heads}):
+            handles.append(mods[l].register_forward_pre_hook(enter, with_kwargs=True))
+            handles.append(mods[l].register_forward_hook(check_ran, with_kwargs=True))
         yield
     finally:
         for hd in handles:
@@ -425,3 +440,4 @@ def head_intervention(model, heads: Sequence[tuple[int, int]], kind: str, *, sin
             for m in mods:
                 _DELEGATE.pop(id(m), None)
                 _TABLES.pop(id(m), None)
+                _PENDING.discard(id(m))

@@ -269,3 +269,32 @@ def test_bad_arguments_are_one_clear_error(tiny_llama, args, kw, match):
     with pytest.raises(ConfigError, match=match):
         with head_intervention(tiny_llama, args, kind, **kw):
             pass
+
+
+def test_a_scan_inside_an_attention_level_intervention_is_refused_and_zero_reaches_it(tiny_llama):
+    """interp.scan's engine computes attention itself: a streaming edit would silently not run, so it raises; the
+    output-projection hooks of zero do reach the scan's forward (layer 1's input changes, so do its statistics)."""
+    from interp.engine import ScanConfig, scan
+
+    toks = random_tokens(30, seed=9)
+    with head_intervention(tiny_llama, [(0, 1)], "streaming", sink=1, window=2):
+        with pytest.raises(ConfigError, match="did not run"):
+            scan(tiny_llama, [toks], ScanConfig())
+        with torch.no_grad():  # and the block still works for plain forwards afterwards
+            tiny_llama.hf(toks[None])
+    base = scan(tiny_llama, [toks], ScanConfig())
+    with head_intervention(tiny_llama, [(0, 1)], "zero"):
+        zeroed = scan(tiny_llama, [toks], ScanConfig())
+    torch.testing.assert_close(zeroed.scores[0], base.scores[0], atol=0, rtol=0, equal_nan=True)  # lags beyond the prompt: NaN
+    ok = ~base.scores[1].isnan()
+    assert (zeroed.scores[1][ok] - base.scores[1][ok]).abs().max() > 1e-6
+
+
+def test_capture_inside_streaming_sees_the_changed_head(tiny_gemma):
+    """capture() without patterns calls the model's attention function: the values it records are the layer's inputs,
+    and the next layer's queries change because the streamed head's output did."""
+    toks = random_tokens(30, seed=10)
+    base = capture(tiny_gemma, toks)
+    with head_intervention(tiny_gemma, [(0, 2)], "streaming", sink=1, window=2):
+        got = capture(tiny_gemma, toks)
+    assert torch.equal(got.q_rot[0], base.q_rot[0]) and not torch.allclose(got.q_rot[1], base.q_rot[1], atol=1e-5)
