@@ -19,7 +19,8 @@ On the same prompts, in one process, one after the other:
 ran (nats; the tests hold it under 1e-4). Wall seconds, with the GPU synchronised; one warm-up run of each method on
 one layer first (Triton compilation, first-call costs). ``--random-weights`` builds the model from its published
 config with random weights (seed 0) and random prompts: the cost is the same, and a GGUF file of 98 MB cannot travel
-to the GPU machine. Writes ``figures/effects_cost.csv``, the fast path's table ``figures/effects_<model>.csv``
+to the GPU machine. Writes (replacing the rows of the model, keeping other models') ``figures/effects_cost.csv``, the
+fast path's table ``figures/effects_<model>.csv``
 (``interp effects``' columns, 1000 bootstrap resamples) and, with ``--attribution``,
 ``figures/attribution_agreement.csv`` (``interp.experiments.attribution.agreement``: Spearman's rho of attributed
 against exact zero / mean effects over all heads and per depth third, the worst heads).
@@ -42,7 +43,7 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from _common import parse_tracked, replace_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -91,6 +92,13 @@ def spread_heads(n_layers: int, n_heads: int, k: int) -> tuple[tuple[int, int], 
     """``k`` heads spread evenly over the layer x head grid (row-major), so the naive sample covers every depth."""
     idx = np.unique(np.linspace(0, n_layers * n_heads - 1, k).round().astype(int))
     return tuple((int(i // n_heads), int(i % n_heads)) for i in idx)
+
+
+def _merge(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` to ``path``, replacing the rows of its model and keeping other models' rows (one run per model)."""
+    if path.exists():
+        df = replace_rows(pd.read_csv(path), df, ["model"])
+    df.to_csv(path, index=False)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
@@ -173,13 +181,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     df["speedup"] = np.where(df["run"] == "effects", t_naive_all / t_eff, np.nan)
     df["max_abs_diff"] = np.where(df["run"].isin(["effects", "naive"]), diff, np.nan)
     args.out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(args.out / "effects_cost.csv", index=False)
+    _merge(df, args.out / "effects_cost.csv")
     table = fast.table.assign(model=args.model, prompts=args.prompts, tokens=args.tokens)
     table.to_csv(args.out / f"effects_{args.model}.csv", index=False)
     if args.attribution and linear:
         agree = agreement(fast.table[fast.table["intervention"].isin(linear)], attr.table, L).assign(
             model=args.model, prompts=args.prompts, tokens=args.tokens)
-        agree.to_csv(args.out / "attribution_agreement.csv", index=False)
+        _merge(agree, args.out / "attribution_agreement.csv")
         print(agree[["intervention", "depth", "heads", "spearman", "sign_agree", "worst"]].to_string(index=False))
     print(df[["run", "seconds", "runs", "ratio", "speedup", "max_abs_diff", "extrapolated"]].to_string(index=False))
     return df
