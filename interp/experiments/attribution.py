@@ -30,7 +30,7 @@ import torch
 
 from interp.errors import ConfigError
 from interp.experiments.effects import EffectsConfig, EffectsResult, _meta, _order, _prompts, _table
-from interp.hooks.heads import head_means, output_projections
+from interp.hooks.heads import head_means, output_projections, output_width
 
 LINEAR_KINDS = ("zero", "mean")
 
@@ -80,9 +80,9 @@ def head_gradients(model, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     finally:
         for h in handles:
             h.remove()
-    n = tokens.numel()
-    z = torch.stack([s.detach()[0].view(n, c.n_heads, c.d_head) for s in seen]).float()
-    g = torch.stack([x[0].view(n, c.n_heads, c.d_head) for x in grads]).float()
+    n, w = tokens.numel(), output_width(model)
+    z = torch.stack([s.detach()[0].view(n, c.n_heads, w) for s in seen]).float()
+    g = torch.stack([x[0].view(n, c.n_heads, w) for x in grads]).float()
     return z, g, float(loss.detach())
 
 

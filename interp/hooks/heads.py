@@ -84,6 +84,20 @@ def _grid(model) -> tuple[int, int, int, int]:
     return c.n_layers, c.n_heads, c.n_kv_heads, c.d_head
 
 
+def output_width(model) -> int:
+    """Channels per head at the output projection's input (``d_head``, unless the attention call is wider than what
+    reaches the projection: the lab's ALiBi plane adds two channels that are dropped first).
+
+    Raises:
+        UnsupportedModelError: the projection's input is not ``n_heads`` equal slices.
+    """
+    H = model.card.n_heads
+    n = output_projections(model.hf)[0].in_features
+    if n % H:
+        raise UnsupportedModelError(f"{model.card.name}: the output projection reads {n} channels, not {H} equal head slices")
+    return n // H
+
+
 def check_heads(heads: Sequence[tuple[int, int]], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
     """``heads`` as a list of ``(layer, head)`` int pairs, checked against a ``n_layers x n_heads`` grid.
 
@@ -130,7 +144,8 @@ class HeadOutputSums:
     """
 
     def __init__(self, model):
-        L, H, _, d = _grid(model)
+        L, H, _, _ = _grid(model)
+        d = output_width(model)
         self.model, self.H, self.d = model, H, d
         self.sums = torch.zeros(L, H, d, dtype=torch.float64)
         self.count = torch.zeros(L, dtype=torch.float64)
@@ -333,7 +348,7 @@ def head_intervention(model, heads: Sequence[tuple[int, int]], kind: str, *, sin
         UnsupportedModelError: ``streaming`` / ``rope_band`` / ``nope`` on GPT-J (no attention interface).
     """
     check_kind(kind, sink=sink, window=window, band=band)
-    L, H, K, d = _grid(model)
+    L, H, K, _ = _grid(model)
     heads = check_heads(heads, L, H)
     if rows is not None and len(rows) != len(heads):
         raise ConfigError(f"rows needs one entry per head: {len(heads)} heads, {len(rows)} row sets")
@@ -341,6 +356,7 @@ def head_intervention(model, heads: Sequence[tuple[int, int]], kind: str, *, sin
     hf = model.hf
     handles: list = []
     if kind in ("zero", "mean"):
+        d = output_width(model)
         if kind == "mean":
             if means is None:
                 if prompts is None:
@@ -349,6 +365,7 @@ def head_intervention(model, heads: Sequence[tuple[int, int]], kind: str, *, sin
             means = torch.as_tensor(means)
             if tuple(means.shape) != (L, H, d):
                 raise ConfigError(f"means must have shape [layer, head, d_head] = {(L, H, d)}, got {tuple(means.shape)}")
+            means = means.float()
         by_layer: dict[int, list[tuple[int, slice | torch.Tensor]]] = {}
         for (l, h), r in zip(heads, row_sets):
             by_layer.setdefault(l, []).append((h, r))

@@ -298,3 +298,38 @@ def test_capture_inside_streaming_sees_the_changed_head(tiny_gemma):
     with head_intervention(tiny_gemma, [(0, 2)], "streaming", sink=1, window=2):
         got = capture(tiny_gemma, toks)
     assert torch.equal(got.q_rot[0], base.q_rot[0]) and not torch.allclose(got.q_rot[1], base.q_rot[1], atol=1e-5)
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi"])
+def test_lab_models_plugin_family(pe):
+    """interp.lab's decoder (a registered plugin family): zero equals the hand-computed change, with ALiBi's two extra
+    call channels dropped before the output projection (head slices are d_model / n_heads wide there); the attention
+    kinds run (on ALiBi, which rotates nothing, rope_band and nope leave the model as it is) and every kind restores
+    the model."""
+    from interp.lab.loaded import lab_loaded
+    from interp.lab.model import LabConfig, LabForCausalLM
+    from interp.lab.vocab import Vocab
+
+    torch.manual_seed(0)
+    vocab = Vocab([f"s{i}" for i in range(20)])
+    hf = LabForCausalLM(LabConfig(vocab_size=23, n_layers=2, n_heads=4, d_model=32, d_mlp=64, pe=pe, initializer_range=0.3))
+    m = lab_loaded(hf, vocab)
+    toks = torch.randint(3, 23, (24,), generator=torch.Generator().manual_seed(1))
+    layer, h, w = 1, 2, 32 // 4
+    x = _proj_in(m, toks, layer)
+    base = _attn_out(m, toks, layer)
+    with head_intervention(m, [(layer, h)], "zero"):
+        got = _attn_out(m, toks, layer)
+    W = output_projections(m.hf)[layer].weight.detach().double()[:, h * w:(h + 1) * w]
+    torch.testing.assert_close(got, base - x[:, h * w:(h + 1) * w].double() @ W.T, atol=2e-5, rtol=1e-5)
+    with torch.no_grad():
+        before = m.hf(toks[None]).logits
+        for kind in KINDS:
+            with head_intervention(m, [(layer, h)], kind, **_kw(kind, toks)):
+                during = m.hf(toks[None]).logits
+            change = float((during - before).abs().max())
+            if pe == "alibi" and kind in ("rope_band", "nope"):  # no rotation to undo: the same model up to rounding
+                assert change < 1e-5, kind
+            else:
+                assert change > 1e-4, kind
+        assert torch.equal(m.hf(toks[None]).logits, before)
