@@ -21,6 +21,8 @@ def test_quick_effects_cost(tmp_path):
     assert df.loc["effects", "runs"] == df.loc["naive", "runs"] == 8 * 3 * 2 and not df.loc["naive", "extrapolated"]
     assert df.loc["effects", "speedup"] == pytest.approx(df.loc["naive", "seconds"] / df.loc["effects", "seconds"], rel=1e-3)
     assert df.loc["effects", "ratio"] == pytest.approx(df.loc["effects", "seconds"] / df.loc["scan", "seconds"], rel=1e-3)
+    assert df.loc["effects", "speedup_cpu"] == pytest.approx(df.loc["naive", "cpu_s"] / df.loc["effects", "cpu_s"], rel=1e-3)
+    assert (df["cpu_s"] > 0).all() and df.loc["scan", "ratio_cpu"] == 1.0
     assert df.loc["effects", "max_abs_diff"] < 1e-4
     t = pd.read_csv(tmp_path / "effects_tiny-llama.csv")
     assert len(t) == 8 * 3 and set(t["intervention"]) == {"zero", "mean", "streaming"}

@@ -15,6 +15,8 @@ On the same prompts, in one process, one after the other:
   head, one forward and one backward per prompt; Nanda 2023, Syed et al. 2023), with ``--attribution``.
 
 ``ratio`` = seconds / ``scan`` seconds; ``speedup`` (on the ``effects`` row) = naive seconds / effects seconds;
+``cpu_s``, ``ratio_cpu``, ``speedup_cpu``: the same from this process's CPU time (on a CPU run with one thread, what
+other load on the machine changes least; wall time on a shared machine can differ by a third between runs);
 ``max_abs_diff`` = the largest |dnll| or |kl| difference between the fast path and the naive loop over the heads both
 ran (nats; the tests hold it under 1e-4). Wall seconds, with the GPU synchronised; one warm-up run of each method on
 one layer first (Triton compilation, first-call costs). ``--random-weights`` builds the model from its published
@@ -79,13 +81,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+CPU_S: dict[int, float] = {}  # id(result) -> this process's CPU seconds for it (robust to other load on the machine)
+
+
 def timed(fn, device: str):
-    """``(wall seconds, result)`` of ``fn()``, the GPU synchronised before and after."""
+    """``(wall seconds, result)`` of ``fn()``, the GPU synchronised before and after; the process's CPU seconds of
+    the call go to ``CPU_S[id(result)]``."""
     _sync(device)
-    t = time.perf_counter()
+    c, t = time.process_time(), time.perf_counter()
     out = fn()
     _sync(device)
-    return time.perf_counter() - t, out
+    wall = time.perf_counter() - t
+    CPU_S[id(out)] = time.process_time() - c
+    return wall, out
 
 
 def spread_heads(n_layers: int, n_heads: int, k: int) -> tuple[tuple[int, int], ...]:
@@ -146,8 +154,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             for p in prompts:
                 model.hf(p[None].to(model.device), use_cache=False)
 
-    t_scan, _ = timed(lambda: scan(model, prompts, ScanConfig()), dev)
+    t_scan, res_scan = timed(lambda: scan(model, prompts, ScanConfig()), dev)
+    c_scan = CPU_S[id(res_scan)]
+    c0 = time.process_time()
     t_fwd, _ = timed(forward, dev)
+    c_fwd = time.process_time() - c0
     t_eff, fast = timed(lambda: head_effects(model, prompts, cfg), dev)
     args.out.mkdir(parents=True, exist_ok=True)  # the fast path's table first: the longest run is kept whatever follows
     fast.table.assign(model=args.model, prompts=args.prompts, tokens=args.tokens).to_csv(args.out / f"effects_{args.model}.csv", index=False)
@@ -166,20 +177,23 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.threads} thread(s)")
     base = {"model": args.model, "weights": "random (published config)" if args.random_weights else "zoo", "device": machine,
             "prompts": args.prompts, "tokens": args.tokens, "interventions": ",".join(kinds), "heads": L * H}
+    c_eff, c_naive_all = CPU_S[id(fast)], CPU_S[id(slow)] * runs_all / runs_naive
     rows = [
-        {**base, "run": "scan", "seconds": t_scan, "runs": args.prompts, "extrapolated": False},
-        {**base, "run": "forward", "seconds": t_fwd, "runs": args.prompts, "extrapolated": False},
-        {**base, "run": "effects", "seconds": t_eff, "runs": runs_all, "extrapolated": False,
+        {**base, "run": "scan", "seconds": t_scan, "cpu_s": c_scan, "runs": args.prompts, "extrapolated": False},
+        {**base, "run": "forward", "seconds": t_fwd, "cpu_s": c_fwd, "runs": args.prompts, "extrapolated": False},
+        {**base, "run": "effects", "seconds": t_eff, "cpu_s": c_eff, "runs": runs_all, "extrapolated": False,
          "rows_per_forward": fast.meta["rows_per_forward"], "clean_pass_s": fast.meta["clean_pass"]},
-        {**base, "run": "naive", "seconds": t_naive_all, "runs": runs_all, "extrapolated": naive_heads is not None,
-         "measured_s": t_naive, "measured_runs": runs_naive},
+        {**base, "run": "naive", "seconds": t_naive_all, "cpu_s": c_naive_all, "runs": runs_all,
+         "extrapolated": naive_heads is not None, "measured_s": t_naive, "measured_runs": runs_naive},
     ]
     if args.attribution and linear:
-        rows.append({**base, "run": "attribution", "seconds": t_attr, "runs": args.prompts, "extrapolated": False,
-                     "interventions": ",".join(linear)})
+        rows.append({**base, "run": "attribution", "seconds": t_attr, "cpu_s": CPU_S[id(attr)], "runs": args.prompts,
+                     "extrapolated": False, "interventions": ",".join(linear)})
     df = pd.DataFrame(rows)
     df["ratio"] = df["seconds"] / t_scan
+    df["ratio_cpu"] = df["cpu_s"] / c_scan
     df["speedup"] = np.where(df["run"] == "effects", t_naive_all / t_eff, np.nan)
+    df["speedup_cpu"] = np.where(df["run"] == "effects", c_naive_all / c_eff, np.nan)
     df["max_abs_diff"] = np.where(df["run"].isin(["effects", "naive"]), diff, np.nan)
     args.out.mkdir(parents=True, exist_ok=True)
     _merge(df, args.out / "effects_cost.csv")
@@ -188,7 +202,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             model=args.model, prompts=args.prompts, tokens=args.tokens)
         _merge(agree, args.out / "attribution_agreement.csv")
         print(agree[["intervention", "depth", "heads", "spearman", "sign_agree", "worst"]].to_string(index=False))
-    print(df[["run", "seconds", "runs", "ratio", "speedup", "max_abs_diff", "extrapolated"]].to_string(index=False))
+    print(df[["run", "seconds", "cpu_s", "runs", "ratio", "ratio_cpu", "speedup", "speedup_cpu", "max_abs_diff",
+              "extrapolated"]].to_string(index=False))
     return df
 
 
