@@ -13,6 +13,10 @@ Where the variant needs the tokens (2D-RoPE), they are read from the input ids o
 
 ``massive_intervention(model, channels, values, layers)`` is Jin et al.'s (ICML 2025) "destruction" of massive
 values: chosen post-RoPE channels of q and k replaced by a mean in chosen layers, the model restored exactly on exit.
+
+``head_intervention(model, heads, kind)`` changes single attention heads (zero, mean, streaming A-shape, one RoPE band
+or every plane unrotated), GQA-correct, the model restored exactly on exit; defined in ``interp.hooks.heads`` and
+importable from here with ``head_means`` and ``HEAD_KINDS``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from interp.errors import UnsupportedModelError
 from interp.models import LoadedModel
 from interp.models.arch import rope_specs
 from interp.rope import RopeSpec, RopeVariant, plane_channels
+from interp.hooks.heads import HEAD_KINDS, head_intervention, head_means  # noqa: F401  (the head interventions)
 
 
 def variant_tables(spec: RopeSpec, variant: RopeVariant, positions: torch.Tensor, tokens: torch.Tensor | None = None,

@@ -1,0 +1,506 @@
+"""Causal head effects: what the model loses, in next-token loss, when one head is zeroed, mean-ablated, streamed
+(A-shape), or has RoPE planes unrotated (Michel et al. 2019; Voita et al. 2019; DuoAttention, Xiao et al. 2024).
+
+For every chosen head ``(layer, head)`` and intervention (``interp.hooks.heads.head_intervention``) on prompts of
+equal length ``N``:
+
+- ``dnll``: mean next-token negative log-likelihood (nats per prediction, over all ``P * (N - 1)`` predictions) with
+  the intervention minus without;
+- ``dnll_lo``, ``dnll_hi``: the 2.5 / 97.5 percentiles of ``dnll`` over ``bootstrap`` resamples of the prompts
+  (percentile bootstrap, seeded; one set of resamples shared by every row, so rows stay comparable);
+- ``kl``: mean over the same predictions of ``KL(clean || intervened)`` of the next-token distribution (nats).
+
+Interventions: ``zero``, ``mean`` (reference: every position of every prompt of the run, one clean pass),
+``streaming`` (keys ``0..sink-1`` and the last ``window`` keys), ``rope_high`` / ``rope_medium`` / ``rope_low``
+(the head's planes of one band left unrotated, ``n_remove`` of them as in paper 004 Table 5) and ``nope`` (all
+planes).
+
+**Fast path (``head_effects``).** One clean pass caches the residual stream at the input of every layer (and after
+the last), the heads' mean outputs and the clean NLL. A head of layer ``l`` cannot change layers ``0..l-1``, so its
+run starts from the cached input of layer ``l``: the earlier decoder layers are swapped for pass-throughs while it
+runs (the model's own forward then computes layers ``l..L-1``, final norm and LM head from ``inputs_embeds``), and
+many heads of one layer run side by side as batch rows (``head_intervention(..., rows=...)``). The clean next-token
+distribution comes from the cached final residual through the same norm and head. ``naive_effects`` runs the full
+model once per head, intervention and prompt; the tests hold the two equal to 1e-4 nats.
+
+Memory: the cached residual stream is ``(L + 1) x P x N x d_model`` floats (SmolLM2, 8 x 512: 0.3 GB); one forward's
+logits are ``rows x N x vocab`` floats, and ``max_logits_gb`` bounds the rows per forward.
+
+Sits above the hooks: it calls the model and ``head_intervention``; it never touches the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+
+from interp.errors import ConfigError, UnsupportedModelError
+from interp.hooks.heads import HeadOutputSums, check_heads, head_intervention
+from interp.models.arch import decoder_layers
+
+INTERVENTIONS = ("zero", "mean", "streaming", "rope_high", "rope_medium", "rope_low", "nope")
+COLUMNS = ("layer", "head", "intervention", "dnll", "dnll_lo", "dnll_hi", "kl")
+
+
+def parse_interventions(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """``"zero,mean,streaming"`` (or a sequence) as a tuple of intervention names, duplicates dropped, order kept.
+
+    Raises:
+        ConfigError: an empty list or a name not in ``INTERVENTIONS`` (the message lists them).
+    """
+    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    if not names:
+        raise ConfigError(f"no interventions given; use a comma-separated list of {', '.join(INTERVENTIONS)}")
+    for n in names:
+        if n not in INTERVENTIONS:
+            raise ConfigError(f"unknown intervention {n!r}; use one of {', '.join(INTERVENTIONS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def parse_heads(spec: str | None) -> tuple[tuple[int, int], ...] | None:
+    """``"all"`` / None -> None (every head); ``"3:1,17:0"`` -> ``((3, 1), (17, 0))``.
+
+    Raises:
+        ConfigError: an empty list, or an entry that is not ``LAYER:HEAD`` with non-negative integers.
+    """
+    if spec is None or spec.strip() == "all":
+        return None
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    if not items:
+        raise ConfigError("--heads is empty; give 'all' or LAYER:HEAD pairs, e.g. 3:1,17:0")
+    out = []
+    for s in items:
+        a, sep, b = s.partition(":")
+        if not sep or not a.strip().isdigit() or not b.strip().isdigit():
+            raise ConfigError(f"--heads entry {s!r} is not LAYER:HEAD (non-negative integers, e.g. 3:1); or use 'all'")
+        out.append((int(a), int(b)))
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class EffectsConfig:
+    """Settings of ``head_effects``.
+
+    Attributes:
+        interventions: names from ``INTERVENTIONS``.
+        heads: ``(layer, head)`` pairs, or None for every head.
+        sink, window: ``streaming``'s A-shape (keys ``0..sink-1`` and the last ``window`` keys; DuoAttention uses
+            128 / 256 on long contexts, the defaults 4 / 64 fit prompts of a few hundred tokens).
+        n_remove: planes per band for ``rope_*`` (paper 004: 6; None: the whole third).
+        bootstrap: prompt resamples for ``dnll_lo`` / ``dnll_hi``; seed: their RNG seed.
+        max_logits_gb: bound on one forward's logits (rows x pos x vocab float32), which sets rows per forward.
+        batch_rows: rows per forward (None: from ``max_logits_gb``).
+    """
+
+    interventions: tuple[str, ...] = ("zero", "mean", "streaming")
+    heads: tuple[tuple[int, int], ...] | None = None
+    sink: int = 4
+    window: int = 64
+    n_remove: int | None = 6
+    bootstrap: int = 1000
+    seed: int = 0
+    max_logits_gb: float = 1.0
+    batch_rows: int | None = None
+
+    def check(self, n_layers: int | None = None, n_heads: int | None = None, n_tokens: int | None = None) -> "EffectsConfig":
+        """Check every setting (against the model's grid and the prompt length where given); returns self.
+
+        Raises:
+            ConfigError: one line naming the bad setting and the allowed values.
+        """
+        parse_interventions(self.interventions)
+        if self.heads is not None:
+            if not self.heads:
+                raise ConfigError("--heads is empty; give 'all' or LAYER:HEAD pairs, e.g. 3:1,17:0")
+            if n_layers is not None and n_heads is not None:
+                check_heads(self.heads, n_layers, n_heads)
+        if "streaming" in self.interventions:
+            if self.window < 1:
+                raise ConfigError(f"--window must be >= 1 key (the query itself), got {self.window}")
+            if self.sink < 0:
+                raise ConfigError(f"--sink must be >= 0 keys, got {self.sink}")
+            if n_tokens is not None and self.sink > n_tokens:
+                raise ConfigError(f"--sink {self.sink} is larger than the prompt ({n_tokens} tokens); use 0..{n_tokens}")
+        if self.bootstrap < 0:
+            raise ConfigError(f"--bootstrap must be >= 0 resamples, got {self.bootstrap}")
+        if self.n_remove is not None and self.n_remove < 1:
+            raise ConfigError(f"n_remove must be >= 1 plane (or None for the whole band), got {self.n_remove}")
+        if self.batch_rows is not None and self.batch_rows < 1:
+            raise ConfigError(f"batch_rows must be >= 1, got {self.batch_rows}")
+        if not self.max_logits_gb > 0:
+            raise ConfigError(f"max_logits_gb must be > 0, got {self.max_logits_gb}")
+        return self
+
+
+def intervention_kwargs(name: str, config: EffectsConfig, means: torch.Tensor | None = None) -> dict:
+    """``head_intervention`` keyword arguments (``kind`` included) of one intervention name."""
+    if name.startswith("rope_"):
+        return {"kind": "rope_band", "band": name[len("rope_"):], "n_remove": config.n_remove}
+    if name == "streaming":
+        return {"kind": "streaming", "sink": config.sink, "window": config.window}
+    if name == "mean":
+        return {"kind": "mean", "means": means}
+    return {"kind": name}
+
+
+@dataclass
+class EffectsResult:
+    """Result of ``head_effects`` / ``naive_effects``.
+
+    Attributes:
+        table: one row per head and intervention, columns ``COLUMNS`` (``layer, head, intervention, dnll, dnll_lo,
+            dnll_hi, kl``), sorted by intervention, layer, head.
+        per_prompt: ``{"dnll": [row, prompt], "kl": [row, prompt]}`` float64, rows in ``table`` order (per-prompt
+            means over its ``N - 1`` predictions).
+        clean_nll: mean next-token NLL of the unmodified model (nats per prediction); clean_nll_prompt: ``[prompt]``.
+        meta: settings, model, prompt shape, method and seconds (written to ``effects.json``).
+    """
+
+    table: pd.DataFrame
+    per_prompt: dict[str, np.ndarray]
+    clean_nll: float
+    clean_nll_prompt: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# statistics
+# --------------------------------------------------------------------------------------------
+
+
+def clean_dist(logits: Float[torch.Tensor, "pos vocab"]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log p, p)`` of the clean next-token distributions at the first ``pos - 1`` positions (float32), kept per
+    prompt for ``token_stats``."""
+    lc = torch.log_softmax(logits[:-1].float(), -1)
+    return lc, lc.exp()
+
+
+def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the mean over its ``N - 1`` predictions of ``NLL(intervened) - NLL(clean)`` and of
+    ``KL(clean || intervened)`` (nats).
+
+    Float32, one row at a time (log-softmax, then ``sum p_clean (log p_clean - log p)``): the per-position error is
+    about 1e-6 nats, so a KL of identical distributions can read as -1e-6.
+
+    Args:
+        logits: intervened logits; clean: per row ``clean_dist`` of its prompt; tokens: ``[row, pos]`` ids.
+
+    Returns:
+        ``(dnll [row], kl [row])`` float64.
+    """
+    dn, kl = np.zeros(logits.shape[0]), np.zeros(logits.shape[0])
+    for b in range(logits.shape[0]):
+        lp = torch.log_softmax(logits[b, :-1].float(), -1)
+        lc, pc = clean[b]
+        nxt = tokens[b, 1:].to(lp.device)[:, None]
+        dn[b] = float((lc.gather(1, nxt) - lp.gather(1, nxt)).double().mean())
+        kl[b] = float((pc * (lc - lp)).sum(-1).double().mean())
+    return dn, kl
+
+
+def bootstrap_interval(values: np.ndarray, n: int, seed: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap of the mean over prompts: ``values`` ``[row, prompt]`` -> ``(lo [row], hi [row])``.
+
+    The same ``n`` resamples of the prompt indices (drawn with replacement, ``numpy.random.default_rng(seed)``) serve
+    every row. ``n = 0`` or one prompt: the interval is the point estimate.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    mean = v.mean(1)
+    if n == 0 or v.shape[1] < 2:
+        return mean.copy(), mean.copy()
+    idx = np.random.default_rng(seed).integers(0, v.shape[1], size=(n, v.shape[1]))
+    boot = v[:, idx].mean(-1)  # [row, n]
+    a = (1 - level) / 2
+    return np.quantile(boot, a, axis=1), np.quantile(boot, 1 - a, axis=1)
+
+
+def _table(rows: list[tuple[int, int, str]], dn: np.ndarray, kl: np.ndarray, config: EffectsConfig) -> pd.DataFrame:
+    lo, hi = bootstrap_interval(dn, config.bootstrap, config.seed)
+    t = pd.DataFrame({"layer": [r[0] for r in rows], "head": [r[1] for r in rows], "intervention": [r[2] for r in rows],
+                      "dnll": dn.mean(1), "dnll_lo": lo, "dnll_hi": hi, "kl": kl.mean(1)})
+    return t[list(COLUMNS)]
+
+
+def _order(heads: Sequence[tuple[int, int]], interventions: Sequence[str]) -> list[tuple[int, int, str]]:
+    return [(l, h, n) for n in interventions for (l, h) in sorted(heads)]
+
+
+def _prompts(prompts) -> torch.Tensor:
+    t = torch.stack([torch.as_tensor(p, dtype=torch.long) for p in prompts]) if not isinstance(prompts, torch.Tensor) else prompts
+    if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
+        raise ConfigError(f"prompts must be [prompt, pos] with at least 1 prompt of 2 tokens, got shape {tuple(t.shape)}")
+    return t.long()
+
+
+# --------------------------------------------------------------------------------------------
+# the clean pass and running from a layer
+# --------------------------------------------------------------------------------------------
+
+
+def _layer_list(hf) -> torch.nn.ModuleList:
+    base = getattr(hf, "base_model", hf)
+    for attr in ("layers", "h"):
+        m = getattr(base, attr, None)
+        if isinstance(m, torch.nn.ModuleList):
+            return m
+    raise UnsupportedModelError(f"{type(hf).__name__}: no decoder layer list (base_model.layers or .h)")
+
+
+class _PassThrough(torch.nn.Module):
+    """Stands in for a decoder layer whose output is already cached: returns its input (as a 1-tuple where the real
+    layer returns a tuple, GPT-J)."""
+
+    def __init__(self, as_tuple: bool):
+        super().__init__()
+        self.as_tuple = as_tuple
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return (hidden_states,) if self.as_tuple else hidden_states
+
+
+@contextmanager
+def skip_layers(model, n: int, as_tuple: bool = False) -> Iterator[None]:
+    """Inside the block, decoder layers ``0..n-1`` of ``model`` are pass-throughs: ``model.hf(inputs_embeds=x)`` with
+    ``x`` the residual stream at the input of layer ``n`` computes layers ``n..L-1``, the final norm and the LM head
+    (masks, RoPE tables and soft-caps by the model's own forward). The layers are put back on exit."""
+    layers = _layer_list(model.hf)
+    saved = [layers[i] for i in range(n)]
+    try:
+        for i in range(n):
+            layers[i] = _PassThrough(as_tuple)
+        yield
+    finally:
+        for i, m in enumerate(saved):
+            layers[i] = m
+
+
+@dataclass
+class CleanPass:
+    """What one clean forward per prompt leaves for the fast path.
+
+    Attributes:
+        resid: ``[layer + 1, prompt, pos, d_model]``: input of every decoder layer, then the last layer's output
+            (model dtype, model device).
+        means: ``[layer, head, d_head]`` mean head outputs over every position of every prompt (``mean`` ablation).
+        nll: ``[prompt]`` mean next-token NLL per prompt (nats). as_tuple: the layers return tuples (GPT-J).
+    """
+
+    resid: torch.Tensor
+    means: torch.Tensor
+    nll: np.ndarray
+    as_tuple: bool
+
+
+def clean_pass(model, prompts: torch.Tensor) -> CleanPass:
+    """One clean forward per prompt: cache the residual stream at every layer's input and after the last layer, the
+    heads' mean outputs and the NLL (see ``CleanPass``)."""
+    layers = decoder_layers(model.hf)
+    L = len(layers)
+    P, N = prompts.shape
+    resid: torch.Tensor | None = None
+    cur = {"p": 0, "tuple": False}
+
+    def keep_in(l: int):
+        def hook(_m, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            nonlocal resid
+            if resid is None:
+                resid = x.new_empty((L + 1, P, N, x.shape[-1]))
+            resid[l, cur["p"]] = x[0]
+        return hook
+
+    def keep_out(_m, _args, out):
+        cur["tuple"] = isinstance(out, tuple)
+        resid[L, cur["p"]] = (out[0] if isinstance(out, tuple) else out)[0]
+
+    handles = [m.register_forward_pre_hook(keep_in(l), with_kwargs=True) for l, m in enumerate(layers)]
+    handles.append(layers[-1].register_forward_hook(keep_out))
+    nll = np.zeros(P)
+    rec = HeadOutputSums(model)
+    try:
+        with torch.inference_mode(), rec:
+            for p in range(P):
+                cur["p"] = p
+                t = prompts[p].to(model.device)
+                logits = model.hf(t[None], use_cache=False).logits[0, :-1].float()
+                nll[p] = float(torch.nn.functional.cross_entropy(logits, t[1:], reduction="mean"))
+    finally:
+        for h in handles:
+            h.remove()
+    return CleanPass(resid, rec.means(), nll, cur["tuple"])
+
+
+def _clean_dists(model, clean: CleanPass, prompt_idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``clean_dist`` of the given prompts, from the cached final residual through the model's own final norm and LM
+    head (every layer a pass-through)."""
+    with skip_layers(model, clean.resid.shape[0] - 1, clean.as_tuple):
+        logits = model.hf(inputs_embeds=clean.resid[-1, prompt_idx], use_cache=False).logits
+    return [clean_dist(x) for x in logits]
+
+
+def _rows_per_forward(config: EffectsConfig, n_tokens: int, vocab: int) -> int:
+    if config.batch_rows is not None:
+        return config.batch_rows
+    return max(1, int(config.max_logits_gb * 1e9 // (n_tokens * vocab * 4)))
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="run", disable=not enabled)
+
+
+def head_effects(model, prompts, config: EffectsConfig | None = None, *, progress: bool = False,
+                 means: torch.Tensor | None = None, log: Callable[[str], None] | None = None) -> EffectsResult:
+    """Every chosen head's causal effect under every intervention, by the fast path (module docstring).
+
+    Args:
+        model: a ``LoadedModel``.
+        prompts: ``[prompt, pos]`` token ids (equal lengths), or a list of ``[pos]`` tensors.
+        config: ``EffectsConfig`` (default: zero, mean, streaming on every head).
+        progress: a tqdm bar over (head, intervention, prompt) runs, with ETA.
+        means: ``[layer, head, d_head]`` reference outputs for ``mean`` (default: the prompts of the run).
+        log: where to report the clean pass's time (e.g. ``print``).
+
+    Returns:
+        ``EffectsResult`` (``table`` with ``COLUMNS``).
+
+    Raises:
+        ConfigError: bad settings (``EffectsConfig.check``), prompts not ``[prompt, pos]``.
+        UnsupportedModelError: ``streaming`` / ``rope_*`` / ``nope`` on GPT-J.
+    """
+    cfg = (config or EffectsConfig()).check(model.card.n_layers, model.card.n_heads)
+    toks = _prompts(prompts)
+    cfg.check(model.card.n_layers, model.card.n_heads, toks.shape[1])
+    L, H = model.card.n_layers, model.card.n_heads
+    heads = sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
+    P, N = toks.shape
+    t0 = time.perf_counter()
+    clean = clean_pass(model, toks)
+    ref_means = clean.means if means is None else torch.as_tensor(means)
+    t_clean = time.perf_counter() - t0
+    if log:
+        log(f"clean pass: {P} prompts x {N} tokens, residual stream cached, {t_clean:.1f} s")
+    order = _order(heads, cfg.interventions)
+    index = {r: i for i, r in enumerate(order)}
+    dn, kl = np.zeros((len(order), P)), np.zeros((len(order), P))
+    B = _rows_per_forward(cfg, N, model.card.vocab_size)
+    by_layer: dict[int, list[int]] = {}
+    for l, h in heads:
+        by_layer.setdefault(l, []).append(h)
+    bar = _progress(len(order) * P, progress, f"effects {model.card.name}")
+    dev = clean.resid.device
+    cache: dict[int, tuple] = {}  # prompt -> clean_dist, for the prompts of the current chunk
+    try:
+        with torch.inference_mode():
+            for l in sorted(by_layer):
+                jobs = [(p, h) for p in range(P) for h in by_layer[l]]  # prompt-major: a chunk spans few prompts
+                for name in cfg.interventions:
+                    kw = intervention_kwargs(name, cfg, ref_means)
+                    for s in range(0, len(jobs), B):
+                        chunk = jobs[s:s + B]
+                        need = sorted({p for p, _ in chunk})
+                        cache = {p: cache[p] for p in need if p in cache}
+                        missing = [p for p in need if p not in cache]
+                        if missing:
+                            cache.update(zip(missing, _clean_dists(model, clean, torch.tensor(missing, device=dev))))
+                        pidx = torch.tensor([p for p, _ in chunk], device=dev)
+                        with head_intervention(model, [(l, h) for _, h in chunk], rows=[[i] for i in range(len(chunk))], **kw), \
+                                skip_layers(model, l, clean.as_tuple):
+                            logits = model.hf(inputs_embeds=clean.resid[l, pidx], use_cache=False).logits
+                        d1, k1 = token_stats(logits, [cache[p] for p, _ in chunk], toks[pidx.cpu()])
+                        for i, (p, h) in enumerate(chunk):
+                            r = index[(l, h, name)]
+                            dn[r, p], kl[r, p] = d1[i], k1[i]
+                        bar.update(len(chunk))
+    finally:
+        bar.close()
+    secs = time.perf_counter() - t0
+    meta = _meta(model, cfg, toks, "exact", secs, clean.nll, {"clean_pass": t_clean, "interventions": secs - t_clean,
+                                                             "rows_per_forward": B})
+    return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, float(clean.nll.mean()), clean.nll, meta)
+
+
+def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progress: bool = False,
+                  means: torch.Tensor | None = None) -> EffectsResult:
+    """The same table as ``head_effects``, by the plain loop: one full forward of the whole model per head,
+    intervention and prompt inside ``head_intervention`` (the reference the fast path is tested against, and the
+    baseline of ``analyses/benchmarks/effects_cost.py``). Arguments and errors as ``head_effects``."""
+    from interp.hooks.heads import head_means
+
+    cfg = (config or EffectsConfig()).check(model.card.n_layers, model.card.n_heads)
+    toks = _prompts(prompts)
+    cfg.check(model.card.n_layers, model.card.n_heads, toks.shape[1])
+    L, H = model.card.n_layers, model.card.n_heads
+    heads = sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
+    P, N = toks.shape
+    t0 = time.perf_counter()
+    ref_means = head_means(model, toks) if means is None and "mean" in cfg.interventions else means
+    with torch.inference_mode():
+        clean = [clean_dist(model.hf(toks[p][None].to(model.device), use_cache=False).logits[0]) for p in range(P)]
+    nll = np.array([float(-lc.gather(1, toks[p, 1:, None].to(lc.device)).double().mean()) for p, (lc, _) in enumerate(clean)])
+    order = _order(heads, cfg.interventions)
+    dn, kl = np.zeros((len(order), P)), np.zeros((len(order), P))
+    bar = _progress(len(order) * P, progress, f"effects (naive) {model.card.name}")
+    try:
+        with torch.inference_mode():
+            for r, (l, h, name) in enumerate(order):
+                with head_intervention(model, [(l, h)], **intervention_kwargs(name, cfg, ref_means)):
+                    for p in range(P):
+                        logits = model.hf(toks[p][None].to(model.device), use_cache=False).logits
+                        d1, k1 = token_stats(logits, [clean[p]], toks[p][None])
+                        dn[r, p], kl[r, p] = d1[0], k1[0]
+                        bar.update(1)
+    finally:
+        bar.close()
+    secs = time.perf_counter() - t0
+    meta = _meta(model, cfg, toks, "naive", secs, nll, {})
+    return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, float(nll.mean()), nll, meta)
+
+
+def _meta(model, cfg: EffectsConfig, toks: torch.Tensor, method: str, secs: float, nll: np.ndarray, extra: dict) -> dict:
+    c = asdict(cfg)
+    c["heads"] = "all" if cfg.heads is None else [f"{l}:{h}" for l, h in cfg.heads]
+    return {"model": model.card.name, "prompts": int(toks.shape[0]), "tokens": int(toks.shape[1]), "method": method,
+            "clean_nll": float(nll.mean()), "clean_nll_prompt": [float(x) for x in nll],
+            "predictions": int(toks.shape[0] * (toks.shape[1] - 1)), "config": c, "seconds": secs,
+            "device": str(model.device), **extra}
+
+
+def model_grid(name: str) -> tuple[int, int] | None:
+    """``(n_layers, n_heads)`` of a model read without loading its weights (so the command line can check ``--heads``
+    before the model loads): a tiny model's config, a ``local:PATH`` folder's ``config.json``, an installed zoo
+    model's GGUF header. None where that cannot be read cheaply (a hub id, a zoo model not installed)."""
+    import json
+    from pathlib import Path
+
+    try:
+        if name.startswith("tiny-"):
+            from interp.models.tiny import TINY
+
+            c = TINY[name].config()
+            return int(c.num_hidden_layers), int(c.num_attention_heads)
+        if name.startswith("local:"):
+            c = json.loads((Path(name[len("local:"):]) / "config.json").read_text())
+            c = c.get("text_config", c)
+            return int(c.get("num_hidden_layers", c.get("n_layer"))), int(c.get("num_attention_heads", c.get("n_head")))
+        from interp.models.zoo import ZOO, gguf_path, is_installed
+
+        if name in ZOO and is_installed(name):
+            import gguf
+
+            r = gguf.GGUFReader(gguf_path(name))
+            arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+            get = lambda k: int(r.fields[f"{arch}.{k}"].parts[r.fields[f"{arch}.{k}"].data[0]][0])  # noqa: E731
+            return get("block_count"), get("attention.head_count")
+    except Exception:  # noqa: BLE001 - any unreadable source: the check happens after loading instead
+        return None
+    return None

@@ -1,0 +1,86 @@
+"""The head-effects page (``effects.html``): one layer x head grid per intervention, coloured by ``dnll`` (nats), with
+the bootstrap interval, the KL and, when an atlas table is given, the head's roles on hover; the clean NLL and the
+settings above. One self-contained HTML file (plotly.js inlined, no requests). Definitions:
+``interp.experiments.effects``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from interp.experiments.effects import EffectsResult
+from interp.io import write_atomic, write_text_atomic
+from interp.report import html as html_kit
+
+
+def effect_grid(table: pd.DataFrame, intervention: str, roles: dict[tuple[int, int], str] | None = None) -> go.Figure:
+    """Layer x head heatmap of ``dnll`` for one intervention (diverging scale centred on 0; heads not run are blank).
+
+    Hover: ``dnll`` with its 95% interval, ``kl`` and, from ``roles`` (``{(layer, head): "sdh;sink"}``), the roles.
+    """
+    t = table[table["intervention"] == intervention]
+    L, H = int(table["layer"].max()) + 1, int(table["head"].max()) + 1
+    z = np.full((L, H), np.nan)
+    text = np.full((L, H), "", dtype=object)
+    for r in t.itertuples(index=False):
+        z[r.layer, r.head] = r.dnll
+        role = (roles or {}).get((r.layer, r.head), "")
+        text[r.layer, r.head] = (f"<b>L{r.layer}H{r.head}</b> {html.escape(intervention)}<br>dnll = {html_kit.fmt(r.dnll)} nats "
+                                 f"[{html_kit.fmt(r.dnll_lo)}, {html_kit.fmt(r.dnll_hi)}]<br>kl = {html_kit.fmt(r.kl)} nats"
+                                 + (f"<br>roles: {html.escape(role)}" if roles is not None else ""))
+    lim = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
+    fig = go.Figure(go.Heatmap(z=z, zmin=-lim, zmax=lim, zmid=0, colorscale="RdBu_r", text=text, hoverinfo="text",
+                               xgap=1, ygap=1, colorbar=dict(title="dnll (nats)")))
+    fig.update_layout(title=f"{intervention}: next-token NLL change per head (intervened - clean)", xaxis_title="head",
+                      yaxis_title="layer", height=max(380, 18 * L + 160))
+    fig.update_xaxes(tick0=0, dtick=1 if H <= 32 else 2)
+    fig.update_yaxes(tick0=0, dtick=1 if L <= 32 else 2)
+    return fig
+
+
+def atlas_roles(atlas: pd.DataFrame | None) -> dict[tuple[int, int], str] | None:
+    """``{(layer, head): roles}`` from an atlas table (``atlas.csv``: columns ``layer, head, roles``), else None."""
+    if atlas is None or "roles" not in atlas:
+        return None
+    return {(int(r.layer), int(r.head)): (r.roles if isinstance(r.roles, str) and r.roles else "none")
+            for r in atlas.itertuples(index=False)}
+
+
+def render_effects(res: EffectsResult, atlas: pd.DataFrame | None = None) -> str:
+    """The effects page as an HTML string (module docstring)."""
+    m, t = res.meta, res.table
+    roles = atlas_roles(atlas)
+    cfg = m.get("config", {})
+    top = t.reindex(t["dnll"].abs().sort_values(ascending=False).index).head(15)
+    parts = [f"<h1>Head effects: {html.escape(str(m.get('model', '')))}</h1>",
+             f'<p class="note">{m.get("prompts")} prompts x {m.get("tokens")} tokens ({html.escape(str(m.get("corpus", "")))}); '
+             f"clean next-token NLL {res.clean_nll:.4f} nats over {m.get('predictions')} predictions. dnll = mean NLL with the "
+             f"intervention minus without (nats per prediction), interval = 95% percentile bootstrap over prompts "
+             f"({cfg.get('bootstrap')} resamples); kl = mean KL(clean || intervened). Streaming keeps keys 0..{cfg.get('sink', 0) - 1} "
+             f"and the last {cfg.get('window')} keys. Method: {html.escape(str(m.get('method')))}, {m.get('seconds', 0):.1f} s."
+             + (" Hover shows the atlas roles." if roles is not None else "") + "</p>",
+             "<h2>Largest effects</h2>", html_kit.table(top)]
+    for i, name in enumerate(dict.fromkeys(t["intervention"])):
+        parts.append(html_kit.figure(effect_grid(t, name, roles), f"effects-{i}"))
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>interp effects: {html.escape(str(m.get('model', '')))}"
+            f"</title><style>{html_kit.CSS}</style><script>{get_plotlyjs()}</script></head><body>{''.join(parts)}</body></html>")
+
+
+def write_effects(res: EffectsResult, out: str | Path, atlas: pd.DataFrame | None = None) -> dict[str, Path]:
+    """Write ``effects.csv`` (``res.table``), ``effects.json`` (``res.meta``: clean NLL, settings, timing) and
+    ``effects.html`` into the folder ``out`` (created), each atomically (temporary file, then rename: an interrupted
+    write leaves the previous file or none, never half a table); ``effects.csv`` goes last, so a new one means the
+    run and its other files are complete. Returns ``{name: path}``."""
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = {"effects.json": write_text_atomic(d / "effects.json", json.dumps(res.meta, indent=2, default=str)),
+             "effects.html": write_text_atomic(d / "effects.html", render_effects(res, atlas))}
+    paths["effects.csv"] = write_atomic(d / "effects.csv", lambda tmp: res.table.to_csv(tmp, index=False))  # last: its presence means done
+    return paths
