@@ -54,7 +54,8 @@ BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_
               "startup": HERE / "benchmarks" / "startup.py", "atlas_cost": HERE / "benchmarks" / "atlas_cost.py",
               "page_load": HERE / "benchmarks" / "page_load.py",
               "gpu_scan": HERE / "benchmarks" / "gpu_scan.py",  # full mode needs a CUDA GPU (skips, saying so, without one)
-              "sink_estimate": HERE / "benchmarks" / "sink_estimate.py"}
+              "sink_estimate": HERE / "benchmarks" / "sink_estimate.py",
+              "effects_cost": HERE / "benchmarks" / "effects_cost.py"}
 
 
 def scripts(benchmarks: bool = False) -> dict[str, Path]:
