@@ -233,6 +233,15 @@ def _order(heads: Sequence[tuple[int, int]], interventions: Sequence[str]) -> li
     return [(l, h, n) for n in interventions for (l, h) in sorted(heads)]
 
 
+def _setup(model, prompts, config) -> tuple["EffectsConfig", torch.Tensor, list[tuple[int, int]]]:
+    """``(checked config, [prompt, pos] tokens, sorted (layer, head) pairs)`` shared by the fast path and the naive loop."""
+    cfg = (config or EffectsConfig()).check(model.card.n_layers, model.card.n_heads)
+    toks = _prompts(prompts)
+    cfg.check(model.card.n_layers, model.card.n_heads, toks.shape[1])
+    L, H = model.card.n_layers, model.card.n_heads
+    return cfg, toks, sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
+
+
 def _prompts(prompts) -> torch.Tensor:
     t = torch.stack([torch.as_tensor(p, dtype=torch.long) for p in prompts]) if not isinstance(prompts, torch.Tensor) else prompts
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
@@ -377,11 +386,8 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
         ConfigError: bad settings (``EffectsConfig.check``), prompts not ``[prompt, pos]``.
         UnsupportedModelError: ``streaming`` / ``rope_*`` / ``nope`` on GPT-J.
     """
-    cfg = (config or EffectsConfig()).check(model.card.n_layers, model.card.n_heads)
-    toks = _prompts(prompts)
-    cfg.check(model.card.n_layers, model.card.n_heads, toks.shape[1])
+    cfg, toks, heads = _setup(model, prompts, config)
     L, H = model.card.n_layers, model.card.n_heads
-    heads = sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
     P, N = toks.shape
     t0 = time.perf_counter()
     clean = clean_pass(model, toks)
@@ -436,11 +442,8 @@ def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progre
     baseline of ``analyses/benchmarks/effects_cost.py``). Arguments and errors as ``head_effects``."""
     from interp.hooks.heads import head_means
 
-    cfg = (config or EffectsConfig()).check(model.card.n_layers, model.card.n_heads)
-    toks = _prompts(prompts)
-    cfg.check(model.card.n_layers, model.card.n_heads, toks.shape[1])
+    cfg, toks, heads = _setup(model, prompts, config)
     L, H = model.card.n_layers, model.card.n_heads
-    heads = sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
     P, N = toks.shape
     t0 = time.perf_counter()
     ref_means = head_means(model, toks) if means is None and "mean" in cfg.interventions else means
