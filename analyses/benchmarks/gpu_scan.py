@@ -1,7 +1,7 @@
 """The scan on a GPU at the papers' scale: scan time / the model's own sdpa forward, and peak GPU memory.
 
 Models are built from the published configs of Llama-3.1-8B, Qwen2.5-7B and Gemma-3-4B with random weights (weights
-do not change speed; nothing is downloaded), in bfloat16 on the GPU. For each model and length (4k, 16k, 32k tokens),
+do not change speed; nothing is downloaded), in bfloat16 on the GPU. For each model and length (4k, 8k, 32k tokens),
 in one run:
 
 - ``forward_s``: the decoder stack's own forward (``attn_implementation="sdpa"``, no LM head: the scan never reads
