@@ -242,7 +242,7 @@ class Collector:
             rows, weights = stratified_rows(q_pre.shape[0], int(self.cfg.counterfactual_queries), self.prompt_id)
             self._rows = (key, rows, rows.to(q_pre.device), weights.to(q_pre.device))
         _, rows, rows_dev, weights = self._rows
-        w = key_weight_rows(q_pre, k_pre, rows_dev if q_pre.is_cuda else rows, scale, window, softcap, rows_host=rows)
+        w = key_weight_rows(q_pre, k_pre, rows_dev, scale, window, softcap, rows_host=rows)
         return w.double() @ weights
 
     def _place(self, measure, values: dict, layer: int | None) -> None:

@@ -34,7 +34,8 @@ dtype (float32 inputs in IEEE float32, so float32 scans are exact). Offsets into
 The exact pre-RoPE key-0 weight (``counterfactual_queries=0``) reuses pass 1 without v on the pre-RoPE vectors in
 the inputs' dtype: ``A_pre[i, 0] = exp(s_pre[i, 0] - lse_pre_i)``; the default estimate is computed by the collector.
 
-Low-level module: imports torch, triton (``available()`` is False without it) and ``interp.engine.kernels``' pairing helper.
+Low-level module: imports torch, triton (``available()`` is False without it), ``interp.engine.kernels``' pairing helper
+and ``sdpa_lse`` (PyTorch's fused kernels for pass 1).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import os
 
 import torch
 
-from interp.engine.kernels import rotate_half_planes
+from interp.engine.kernels import rotate_half_planes, sdpa_lse
 from interp.engine.phases import phase
 
 try:  # an optional extra: pip install -e '.[gpu]'
@@ -329,8 +330,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: flo
     Raises:
         ValueError: ``window < 1``.
     """
-    from interp.engine.kernels import sdpa_lse
-
     check_window(window)
     if block is None and q.is_cuda and v is not None:
         r = sdpa_lse.run(q, k, v, scale, window, softcap, lambda: triton_forward(q, k, v, scale, window, softcap))
