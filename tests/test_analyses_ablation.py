@@ -9,7 +9,7 @@ from interp.models import is_installed
 from tests.conftest import load_script
 
 pytestmark = pytest.mark.slow
-SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "band_ablation.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "p004_slash/band_ablation.py"
 
 
 @pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
@@ -29,7 +29,7 @@ def test_quick_band_ablation_writes_table5_and_fig8(tmp_path):
 
 @pytest.mark.skipif(not is_installed("smollm2-135m"), reason="smollm2-135m not installed")
 def test_quick_inp_pulse_scores_every_sdh(tmp_path):
-    t = load_script(SCRIPT.with_name("inp_pulse.py")).main(["--quick", "--out", str(tmp_path)])["table"]
+    t = load_script(SCRIPT.with_name("p004_slash/inp_pulse.py")).main(["--quick", "--out", str(tmp_path)])["table"]
     assert len(t) > 0 and (t["n_active_abs"] == t["active_high"] + t["active_medium"] + t["active_low"]).all()
     scored = t[t["lag"] >= 1]
     assert (scored["hit_abs"] == (scored["peak_abs"] == scored["lag"])).all() and t.loc[t["lag"] == 0, "hit_abs"].isna().all()

@@ -1,4 +1,4 @@
-"""analyses/head_atlas.py and analyses/benchmarks/atlas_cost.py in quick mode (tiny model): they run and their tables hold
+"""analyses/atlas/head_atlas.py and analyses/benchmarks/atlas_cost.py in quick mode (tiny model): they run and their tables hold
 what they say (role counts equal the atlas table's flags; ratios are the timings' quotients)."""
 
 from pathlib import Path
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1] / "analyses"
 
 
 def test_quick_head_atlas(tmp_path):
-    mod = load_script(ROOT / "head_atlas.py")
+    mod = load_script(ROOT / "atlas/head_atlas.py")
     summary = mod.main(["--quick", "--out", str(tmp_path)])
     t = pd.read_csv(tmp_path / "atlas_tiny-llama.csv")
     assert list(summary.model) == ["tiny-llama"] and summary.heads[0] == len(t) == 8

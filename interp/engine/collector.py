@@ -1,6 +1,6 @@
 """The tap handler of a scan: each layer's exact attention, the requested tile products, and every measure's update.
 
-For each layer of each prompt the tap (``interp.hooks.taps``) hands over post-RoPE queries, keys and values with the
+For each layer of each prompt the tap (``interp.models.taps``) hands over post-RoPE queries, keys and values with the
 model's scale, window and soft-cap. The collector computes the layer's attention *exactly* in query blocks (all
 heads at once, exact row normalisers, causal + sliding-window masks, GQA mapping), returns the output ``P @ V`` to
 the model and, from the same probabilities, the products the enabled measures ask for (``interp.measures.PRODUCTS``,
@@ -37,7 +37,7 @@ from interp.measures import REGISTRY, Dims, Entry, LayerInput, PromptInput, Stat
 from interp.measures import inp as inp_measure
 from interp.measures import maps
 from interp.rope import RopeSpec, rotate_variant
-from interp.hooks.taps import AttentionCall
+from interp.models.taps import AttentionCall
 
 
 def dims_of(card, n_pos: int) -> Dims:
@@ -192,7 +192,7 @@ class Collector:
         self.device_state = None
 
     def __call__(self, call: AttentionCall) -> torch.Tensor:
-        """The tap handler (``interp.hooks.taps``): one layer of one prompt -> its attention output ``[pos, head, d_head]``.
+        """The tap handler (``interp.models.taps``): one layer of one prompt -> its attention output ``[pos, head, d_head]``.
 
         Works in float32 whatever the model's dtype (bf16/fp16 q/k/v are upcast; the output is cast back by the tap).
 

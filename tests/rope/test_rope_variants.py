@@ -355,7 +355,7 @@ def test_quick_fig7_script(tmp_path):
 
     if not is_installed("smollm2-135m"):
         pytest.skip("smollm2-135m not installed")
-    path = Path(__file__).resolve().parents[2] / "analyses" / "rope_variants_fig7.py"
+    path = Path(__file__).resolve().parents[2] / "analyses" / "p001_frayed/rope_variants_fig7.py"
     spec = importlib.util.spec_from_file_location("rope_variants_fig7", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
