@@ -14,9 +14,13 @@ then
 - ``figures/pulse_fig23.png``: P(x) of the top SDHs with lag >= 1, their lag marked;
 - in ``pulse_check.csv`` also 004 Assumption 4.1 as the paper states it (issue 33): P(x) / P(0) over every offset
   1 <= x <= N (N = ``--tokens``) should be a flat floor C2 with a spike at 0; ``a41_spike_*`` = 1 - C2 (C2 the
-  median over x) and ``a41_dev_*`` = max |P(x) / P(0) - C2| for the |InP| rule, the signed rule and the random planes.
+  median over x) and ``a41_dev_*`` = max |P(x) / P(0) - C2| for the |InP| rule, the signed rule and the random planes;
+- ``figures/pulse_a41.csv``: the same statistics with 95% bootstrap intervals over prompts (each prompt scanned alone,
+  ``--boot`` resamples; per resample every SDH's active planes are recomputed from the resampled InP means): per model
+  and rule the median over SDHs of the spike, of the deviation and of their ratio dev / spike (the pulse is the
+  flat-floor pulse of Assumption 4.1 when the ratio is well below 1), the SDH set fixed to the full sample's.
 
-    python analyses/p004_slash/inp_pulse.py [--prompts 8] [--tokens 1024] [--quick] [--out figures]
+    python analyses/p004_slash/inp_pulse.py [--prompts 8] [--tokens 1024] [--boot 1000] [--quick] [--out figures]
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from interp.measures import inp as freq
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
 from _common import installed, parser, save_figure  # noqa: E402
+from band_ablation import boot_index, interval  # noqa: E402
+from sdh_count_bootstrap import per_prompt_scans  # noqa: E402
 
 X_MAX = 64
 
@@ -87,6 +93,48 @@ def pulse_table(name: str, res: interp.ScanResult, n_tokens: int = 1024) -> pd.D
     return pd.DataFrame(rows)
 
 
+def a41_statistics(inv: torch.Tensor, layers: torch.Tensor, active: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`offset0_pulse` for many heads at once: ``inv [layer, freq]`` inverse frequencies, ``layers [S]`` each
+    head's layer, ``active [S, freq]`` bool -> ``(spike [S], dev [S])`` float64, nan where no plane is active."""
+    x = torch.arange(1, n + 1, dtype=torch.float64)
+    cos = torch.cos(inv.double()[layers][:, :, None] * x)  # [S, freq, x]
+    n_act = active.sum(-1, keepdim=True).double()
+    p = (active.double()[:, :, None] * cos).sum(1) / n_act  # [S, x]: P(x) / P(0)
+    c2 = p.median(-1).values
+    spike, dev = 1.0 - c2, (p - c2[:, None]).abs().amax(-1)
+    none = n_act[:, 0] == 0
+    return spike.masked_fill(none, float("nan")), dev.masked_fill(none, float("nan"))
+
+
+def a41_boot(name: str, res: interp.ScanResult, per: dict[str, np.ndarray], n_tokens: int, reps: int) -> pd.DataFrame:
+    """Assumption 4.1 as stated with 95% bootstrap intervals over prompts (module docstring): one row per rule (abs,
+    signed). ``per``: per-prompt InP sums ``inp_signed`` / ``inp_abs [prompt, layer, head, freq]``, ``inp_pairs``
+    ``[prompt, layer, head]`` (``sdh_count_bootstrap.per_prompt_scans``); ``res``: the merged scan (its SDHs)."""
+    heads = res.heads[res.heads["is_sdh"]]
+    L, H = torch.tensor(heads["layer"].tolist(), dtype=torch.long), torch.tensor(heads["head"].tolist(), dtype=torch.long)
+    inv = layer_inv_freq(res).float()
+    idx = boot_index(per["inp_pairs"].shape[0], reps)
+    w = np.stack([np.bincount(i, minlength=per["inp_pairs"].shape[0]) for i in idx]).astype(np.float64)  # [reps, prompt]
+    full = np.ones((1, w.shape[1]))
+    rows = []
+    for rule in ("abs", "signed"):
+        stats = {}
+        for tag, ws in (("point", full), ("boot", w)):
+            out = []
+            for wr in ws:
+                pairs = torch.as_tensor(np.tensordot(wr, per["inp_pairs"], 1))[L, H]  # [S]
+                mean = torch.as_tensor(np.tensordot(wr, per[f"inp_{rule}"], 1))[L, H] / pairs[:, None]
+                spike, dev = a41_statistics(inv, L, freq.active_planes(mean), n_tokens)
+                out.append([float(np.nanmedian(spike)), float(np.nanmedian(dev)), float(np.nanmedian(dev / spike))])
+            stats[tag] = np.array(out)
+        row = {"model": name, "rule": rule, "sdhs": len(heads), "boot": reps}
+        for j, col in enumerate(("spike", "dev", "ratio")):
+            row[f"{col}_median"] = stats["point"][0, j]
+            row[f"{col}_lo"], row[f"{col}_hi"] = interval(stats["boot"][:, j])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def fig7(panels: list[tuple[str, np.ndarray]]) -> go.Figure:
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for t, _ in panels])
     for c, (_, z) in enumerate(panels, start=1):  # each panel over its own max |InP|: models' logit scales differ
@@ -115,17 +163,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap = parser(__doc__, "smollm2-135m only, 2 prompts x 256 tokens (for tests)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--boot", type=int, default=1000, help="prompt resamples for the Assumption 4.1 intervals")
     args = ap.parse_args(argv)
     if args.quick:
-        args.models, args.prompts, args.tokens = ["smollm2-135m"], 2, 256
+        args.models, args.prompts, args.tokens, args.boot = ["smollm2-135m"], 2, 256, 50
     args.out.mkdir(parents=True, exist_ok=True)
-    tables, panels, curves = [], [], []
+    tables, panels, curves, a41 = [], [], [], []
     for name in installed(args.models):
         model = interp.load_model(name, device="cpu")
         t0 = time.perf_counter()
-        res = interp.scan(model, interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens), interp.ScanConfig(inp=True))
+        per, res = per_prompt_scans(model, interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens), interp.ScanConfig(inp=True))
         t = pulse_table(name, res, args.tokens)
         tables.append(t)
+        a41.append(a41_boot(name, res, per, args.tokens, args.boot))
         if len(t):
             top = next(t.sort_values("slash_score", ascending=False).itertuples())
             panels.append((f"{name} L{top.layer}H{top.head} (lag {top.lag})", res.inp_query_map()[top.layer, top.head].numpy()))
@@ -142,7 +192,10 @@ def main(argv: list[str] | None = None) -> dict:
               f"active planes (|InP|) high/medium/low {t['active_high'].mean():.1f}/{t['active_medium'].mean():.1f}/{t['active_low'].mean():.1f}")
     table = pd.concat(tables, ignore_index=True)
     table.to_csv(args.out / "pulse_check.csv", index=False)
-    out = {"table": table}
+    boot = pd.concat(a41, ignore_index=True)
+    boot.to_csv(args.out / "pulse_a41.csv", index=False)
+    print(boot.round(3).to_string(index=False))
+    out = {"table": table, "a41": boot}
     save_figure(fig7(panels), args.out, "inp_fig7")
     save_figure(fig23(curves), args.out, "pulse_fig23")
     return out

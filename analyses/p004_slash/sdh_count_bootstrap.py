@@ -57,11 +57,11 @@ CHUNK = 1000  # replicates per matrix product (memory: CHUNK x layer x head x la
 
 def per_prompt_scans(model, prompts, cfg) -> tuple[dict[str, np.ndarray], interp.ScanResult]:
     """Each prompt scanned alone: ``slash [prompt, layer, head, lag]`` short-lag slash scores and, with ``cfg.inp``, the
-    InP sums ``inp_abs [prompt, layer, head, plane]`` and ``inp_pairs [prompt, layer, head]``; and the merged scan of all."""
+    InP sums ``inp_signed``, ``inp_abs [prompt, layer, head, plane]`` and ``inp_pairs [prompt, layer, head]``; and the merged scan of all."""
     results = [interp.scan(model, p[None], cfg, prompt_ids=[i]) for i, p in enumerate(prompts)]
     per = {"slash": np.stack([r.scores[..., :LAGS].numpy() for r in results])}
     if cfg.inp:
-        for k in ("inp_abs", "inp_pairs"):
+        for k in ("inp_signed", "inp_abs", "inp_pairs"):
             per[k] = np.stack([r.state[k].numpy() for r in results])
     return per, interp.merge_results(results)
 
