@@ -33,6 +33,7 @@ SCRIPTS = {
     "shape_zoo": HERE / "atlas/shape_zoo.py",
     "head_atlas": HERE / "atlas/head_atlas.py",
     "atlas_null": HERE / "atlas/atlas_null.py",
+    "atlas_spread": HERE / "atlas/atlas_spread.py",
     "key_norm_length": HERE / "p001_frayed/key_norm_length.py",
     "cluster_length": HERE / "p001_frayed/cluster_length.py",
     "sdh_count_bootstrap": HERE / "p004_slash/sdh_count_bootstrap.py",

@@ -31,3 +31,25 @@ def test_quick_atlas_cost(tmp_path):
     # the whole atlas is its two passes; each cpu_s is rounded to 4 decimals, so the sum may differ by 1.5e-4
     assert df.loc["atlas", "cpu_s"] == pytest.approx(df.loc["atlas_text", "cpu_s"] + df.loc["atlas_rr", "cpu_s"], rel=1e-3, abs=1.5e-4)
     assert df.loc["atlas_text", "ratio"] == pytest.approx(df.loc["atlas_text", "cpu_s"] / df.loc["plain", "cpu_s"], rel=0.02)
+
+
+def test_atlas_spread_counts_against_the_committed_atlas(tmp_path):
+    """atlas_spread.py: quick mode writes one row per role and prompt set; given the same prompt set's own atlas as the
+    committed one, every labelled head is labelled in both (the overlap column counts heads, not totals)."""
+    import interp
+    from interp.experiments.atlas import AtlasConfig, run_atlas
+
+    mod = load_script(ROOT / "atlas" / "atlas_spread.py")
+    df = mod.main(["--quick", "--out", str(tmp_path)])
+    assert set(df["corpus"]) == {"pydoc", "stdlib"} and "retrieval" not in set(df["role"])
+    assert (tmp_path / "atlas_spread.csv").exists()
+    model = interp.load_model("tiny-llama", device="cpu")
+    same = run_atlas(model, AtlasConfig(corpus="pydoc", prompts=2, tokens=48, ablate=False, inp=False, support=0)).table
+    same.loc[same.index[:3], "role_sink"] = True  # make some role non-empty on the tiny model
+    rows = mod.spread_rows(model, "tiny-llama", "pydoc", 48, 2, same)
+    for r in rows:
+        assert r["labelled_both"] <= min(r["labelled"], r["labelled_pydoc1024"])
+        if r["role"] != "sink":
+            assert r["labelled_both"] == r["labelled"] == r["labelled_pydoc1024"]
+    sink = next(r for r in rows if r["role"] == "sink")
+    assert sink["labelled_pydoc1024"] >= 3 and sink["labelled_both"] == sink["labelled"]
