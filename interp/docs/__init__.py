@@ -4,3 +4,5 @@ their check, lock and render) and verdicts with their evidence (``interp.docs.cl
 ``python -m interp.docs.claims``; the MkDocs hook (``docs/hooks/numbers.py``) calls the same code. Nothing in the
 library imports this package: it reads ``figures/`` and ``docs/``, not models.
 """
+
+__all__ = ["analyses", "claims", "numbers"]  # its modules: the API is each module's public names
