@@ -5,4 +5,4 @@ their check, lock and render) and verdicts with their evidence (``interp.docs.cl
 library imports this package: it reads ``figures/`` and ``docs/``, not models.
 """
 
-__all__ = ["analyses", "claims", "numbers"]  # its modules: the API is each module's public names
+__all__ = ["analyses", "claims", "command", "numbers"]  # its modules: the API is each module's public names

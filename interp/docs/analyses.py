@@ -19,9 +19,10 @@ import ast
 import fnmatch
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from interp.docs.command import check_or_write
 
 PAGE = "docs/analyses.md"
 GROUPS = {  # folder -> what it reproduces (a folder missing here is listed last, under its own name)
@@ -147,21 +148,15 @@ def check(root: Path) -> list[str]:
     return problems
 
 
+def write(root: Path) -> str:
+    """Regenerate ``docs/analyses.md``; returns a line saying so."""
+    (root / PAGE).write_text(page(root))
+    return f"wrote {PAGE}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m interp.docs.analyses check | write`` (run at the repository root)."""
-    args = sys.argv[1:] if argv is None else argv
-    root = Path.cwd()
-    if args == ["write"]:
-        (root / PAGE).write_text(page(root))
-        print(f"wrote {PAGE}")
-        return 0
-    if args == ["check"]:
-        problems = check(root)
-        print("\n".join(problems) or "ok")
-        return 1 if problems else 0
-    print("usage: python -m interp.docs.analyses check | write", file=sys.stderr)
-    return 2
-
+    return check_or_write(argv, "interp.docs.analyses", lambda: check(Path.cwd()), lambda: write(Path.cwd()))
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -160,19 +160,9 @@ def write(root: str | Path = ".") -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m interp.docs.claims check | write`` (run at the repository root)."""
-    import sys
+    from interp.docs.command import check_or_write
 
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["write"]:
-        print(write("."))
-        return 0
-    if args[:1] == ["check"]:
-        out = check(".")
-        print("\n".join(out) or "claims: ok")
-        return 1 if out else 0
-    print("usage: python -m interp.docs.claims check | write", file=sys.stderr)
-    return 2
-
+    return check_or_write(argv, "interp.docs.claims", lambda: check("."), lambda: write("."))
 
 if __name__ == "__main__":
     raise SystemExit(main())
