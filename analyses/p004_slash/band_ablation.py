@@ -28,7 +28,11 @@ so the per-prompt scores the bootstrap needs come from the same run as the table
 
 ``--dose matched`` leaves ``matched_removed`` planes of each band unrotated (``figures/band_dose.csv``: the share of the
 band 004 removes, 6 of 21-22 planes) instead of six, so the 32-plane and 128-plane models get the paper's dose; it writes
-``band_ablation_matched_heads.csv`` and ``band_ablation_matched_summary.csv`` (counterfactual scores only).
+``band_ablation_matched_heads.csv`` and ``band_ablation_matched_summary.csv`` (counterfactual scores only);
+``--dose matched --causal-only`` runs the causal NLL pass at that dose instead, into
+``band_ablation_matched_causal.csv`` (+ ``_prompts``; the same columns as the six-plane causal tables, plus ``n_remove``).
+
+    python analyses/p004_slash/band_ablation.py --dose matched --causal-only [--models ...]
 """
 
 from __future__ import annotations
@@ -165,12 +169,14 @@ def run_model(name: str, prompts: int, tokens: int, causal: bool, dose: pd.DataF
 CAUSAL_COLUMNS = ["model", "band", "layers", "prompts", "tokens", "nll_original", "nll", "delta_nll", "delta_lo", "delta_hi"]
 
 
-def write_causal(out_dir: Path, summary: pd.DataFrame, per_prompt: pd.DataFrame, replace_rows: bool = False) -> pd.DataFrame:
-    """Write ``band_ablation_causal.csv`` and ``band_ablation_causal_prompts.csv``; with ``replace_rows`` keep the rows of
+def write_causal(out_dir: Path, summary: pd.DataFrame, per_prompt: pd.DataFrame, replace_rows: bool = False,
+                 stem: str = "band_ablation_causal") -> pd.DataFrame:
+    """Write ``{stem}.csv`` and ``{stem}_prompts.csv`` (default: the six-plane tables); with ``replace_rows`` keep the rows of
     other models already in ``out_dir`` (models in the order of ``_common.MODELS``)."""
-    summary, per_prompt = summary[CAUSAL_COLUMNS], per_prompt[["model", "prompt", "original", *BANDS]]
+    summary = summary[CAUSAL_COLUMNS + [c for c in ("n_remove",) if c in summary]]
+    per_prompt = per_prompt[["model", "prompt", "original", *BANDS]]
     if replace_rows:
-        for name, new in (("band_ablation_causal.csv", "summary"), ("band_ablation_causal_prompts.csv", "per_prompt")):
+        for name, new in ((f"{stem}.csv", "summary"), (f"{stem}_prompts.csv", "per_prompt")):
             f = out_dir / name
             if f.exists():
                 old = pd.read_csv(f)
@@ -182,24 +188,30 @@ def write_causal(out_dir: Path, summary: pd.DataFrame, per_prompt: pd.DataFrame,
                     summary = cur
                 else:
                     per_prompt = cur
-    summary.round(5).to_csv(out_dir / "band_ablation_causal.csv", index=False)
-    per_prompt.round(5).to_csv(out_dir / "band_ablation_causal_prompts.csv", index=False)
+    summary.round(5).to_csv(out_dir / f"{stem}.csv", index=False)
+    per_prompt.round(5).to_csv(out_dir / f"{stem}_prompts.csv", index=False)
     return summary
 
 
 def causal_only(args) -> dict:
-    """``--causal-only``: the causal NLL table of each of ``--models`` (no scans), merged into the tables in ``--out``."""
+    """``--causal-only``: the causal NLL table of each of ``--models`` (no scans), merged into the tables in ``--out``;
+    with ``--dose matched`` at 004's share of each band (``band_dose.csv``), into ``band_ablation_matched_causal*.csv``."""
     args.out.mkdir(parents=True, exist_ok=True)
+    dose = pd.read_csv(FIGURES / "band_dose.csv") if args.dose == "matched" else None
     sums, pers = [], []
     for name in installed(args.models):
         t0 = time.perf_counter()
         model = interp.load_model(name, device="cpu")
         p = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
-        per = causal_nll(model, p, band_variants(model.card.n_rotary_planes)).assign(model=name)
-        sums.append(causal_summary(per, boot_index(len(p)), int(p[0].numel())).assign(model=name))
+        n_freq = model.card.n_rotary_planes
+        variants = band_variants(n_freq) if dose is None else matched_variants(name, n_freq, dose)
+        per = causal_nll(model, p, variants).assign(model=name)
+        s = causal_summary(per, boot_index(len(p)), int(p[0].numel())).assign(model=name)
+        sums.append(s.assign(n_remove=[len(v.planes) for v in variants]))
         pers.append(per)
         print(f"{name}: causal {time.perf_counter() - t0:.1f} s", flush=True)
-    c = write_causal(args.out, pd.concat(sums, ignore_index=True), pd.concat(pers, ignore_index=True), replace_rows=True)
+    stem = "band_ablation_causal" if dose is None else "band_ablation_matched_causal"
+    c = write_causal(args.out, pd.concat(sums, ignore_index=True), pd.concat(pers, ignore_index=True), replace_rows=True, stem=stem)
     print(c.to_string(index=False, float_format=lambda v: f"{v:.4f}"), flush=True)
     return {"causal": c}
 
