@@ -3,6 +3,7 @@ what they say (role counts equal the atlas table's flags; ratios are the timings
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -53,3 +54,21 @@ def test_atlas_spread_counts_against_the_committed_atlas(tmp_path):
             assert r["labelled_both"] == r["labelled"] == r["labelled_pydoc1024"]
     sink = next(r for r in rows if r["role"] == "sink")
     assert sink["labelled_pydoc1024"] >= 3 and sink["labelled_both"] == sink["labelled"]
+
+
+def test_atlas_null_with_shuffled_positions(tmp_path):
+    """atlas_null.py --null positions: the atlas of the same prompts with RoPE's positions shuffled differs from the
+    plain atlas in its positional scores, the model is restored afterwards, and the table names the input."""
+    import interp
+    from interp.experiments.atlas import AtlasConfig, run_atlas
+
+    mod = load_script(ROOT / "atlas" / "atlas_null.py")
+    model = interp.load_model("tiny-llama", device="cpu")
+    cfg = AtlasConfig(prompts=2, tokens=48, ablate=False, inp=False, support=0)
+    plain = run_atlas(model, cfg).table
+    shuffled = mod.shuffled_positions_table(model, 2, 48)
+    assert not np.allclose(plain["prev_token_score"], shuffled["prev_token_score"])
+    np.testing.assert_allclose(run_atlas(model, cfg).table["prev_token_score"], plain["prev_token_score"], rtol=0, atol=1e-7)
+    df = mod.main(["--quick", "--null", "positions", "--out", str(tmp_path)])
+    assert set(df["input"]) == {"shuffled positions"}
+    assert set(df.loc[df["null"], "role"]) <= {"previous_token", "sdh"}
