@@ -6,7 +6,7 @@ import pytest
 
 from interp.docs import claims as dc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_claims_file_is_valid_and_the_page_is_current():
