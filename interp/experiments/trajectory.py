@@ -44,7 +44,7 @@ from interp.errors import ConfigError, InterpError
 from interp.models import LoadedModel
 
 __all__ = ["TrajectoryError", "every_schedule", "log_schedule", "scan_rows", "ScanCallback", "icl_score", "Checkpoint",
-           "find_checkpoints", "checkpoint_trajectory", "final_roles", "ARCH_KEYS"]
+           "find_checkpoints", "checkpoint_trajectory", "final_roles", "first_crossing", "seed_summary", "ARCH_KEYS"]
 
 # config.json entries that must agree between checkpoints of one trajectory (HF names; lab models alias them)
 ARCH_KEYS = ("model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size",
@@ -328,3 +328,30 @@ def final_roles(traj: pd.DataFrame, kappa: float = 0.1, role_threshold: float = 
             role = "other"
         roles[(int(r["layer"]), int(r["head"]))] = role
     return roles
+
+
+def first_crossing(trace: pd.DataFrame, column: str, level: float, step: str = "step") -> float:
+    """A formation time: the first ``trace[step]`` (rows in step order) at which ``trace[column] >= level``; NaN if
+    the column never reaches ``level``."""
+    hit = trace.loc[trace[column] >= level, step]
+    return float(hit.iloc[0]) if len(hit) else float("nan")
+
+
+def seed_summary(runs: pd.DataFrame, by: Sequence[str], values: Sequence[str]) -> pd.DataFrame:
+    """Per group of ``by`` and per column of ``values``: ``seeds`` (rows), ``n`` (finite values), ``mean``, ``min``,
+    ``max`` (every seed's value lies in ``[min, max]``) and ``lo`` / ``hi``, the 95% Student-t interval of the mean
+    over the finite values (NaN with fewer than two). Long format: one row per group and ``measure``."""
+    from scipy import stats
+
+    out = []
+    for key, g in runs.groupby(list(by), sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for v in values:
+            x = g[v].to_numpy(dtype=float)
+            f = x[np.isfinite(x)]
+            m = float(f.mean()) if len(f) else np.nan
+            half = float(stats.t.ppf(0.975, len(f) - 1) * f.std(ddof=1) / np.sqrt(len(f))) if len(f) > 1 else np.nan
+            out.append({**dict(zip(by, key)), "measure": v, "seeds": len(x), "n": len(f), "mean": m,
+                        "min": float(f.min()) if len(f) else np.nan, "max": float(f.max()) if len(f) else np.nan,
+                        "lo": m - half, "hi": m + half})
+    return pd.DataFrame(out)

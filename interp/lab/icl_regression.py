@@ -29,7 +29,7 @@ disentangled RoPE transformer (D.4, eq. 13-15, 22) and its two-stage gradient de
 
 **Frequencies** (:func:`frequencies`; Assumption D.1): ``theta_1..theta_{d_c/2}`` act on the cone block,
 ``theta_{d_c/2+1..d/2}`` on the semantic block. Sets: ``pulse`` (``theta_s = 2 pi s / (2M + 1)``, ``s = 1..M``,
-``M = d_c / 2 >= (N - 1) / 2``: the cosine sum is exactly ``M`` at 0 and ``-1/2`` elsewhere for ``|x| <= 2M``, so D.1's
+``M = d_c / 2 >= N / 2``: the cosine sum is exactly ``M`` at 0 and ``-1/2`` elsewhere for ``|x| <= 2M``, so D.1's
 item 2 holds with ``epsilon_FN = 0``), ``rope`` (the standard ``10000 ** (-2(s-1)/d_c)``; :func:`pulse_check`
 measures how far from a pulse its sum is), ``low`` (every plane at most ``N ** -2``: item 2 fails, the sum is flat)
 and ``nope`` (all zero). The semantic planes are always low: ``N ** -2 * 10000 ** (-2(s-1)/(d_X + 2))`` (item 1,
@@ -135,14 +135,14 @@ def frequencies(kind: str, data: ICLData, base: float = 1e4) -> Float[torch.Tens
     then ``(d_X + 2) / 2`` low semantic planes (module docstring).
 
     Raises:
-        ValueError: an unknown ``kind``, or ``pulse`` with ``d_c < N - 1`` (the exact pulse covers lags ``|x| <= 2M = d_c``).
+        ValueError: an unknown ``kind``, or ``pulse`` with ``d_c < N`` (the exact pulse covers ``|x| <= 2M = d_c``, D.1 asks ``|x| <= N``).
     """
     M, N = data.d_c // 2, data.N
     n_sem = (data.K + 2) // 2
     low = N ** -2.0 * base ** (-2.0 * torch.arange(n_sem, dtype=torch.float64) / (data.K + 2))
     if kind == "pulse":
-        if 2 * M < N - 1:
-            raise ValueError(f"the exact pulse set needs d_c >= N - 1 = {N - 1} (lags up to N - 1 <= 2M); got d_c = {data.d_c}")
+        if 2 * M < N:
+            raise ValueError(f"the exact pulse set needs d_c >= N = {N} (Assumption D.1 covers |x| <= N <= 2M); got d_c = {data.d_c}")
         cone = 2 * math.pi * torch.arange(1, M + 1, dtype=torch.float64) / (2 * M + 1)
     elif kind == "rope":
         cone = base ** (-2.0 * torch.arange(M, dtype=torch.float64) / data.d_c)
@@ -320,9 +320,3 @@ def train_icl(data: ICLData, theta: torch.Tensor, *, schedule: str = "two-stage"
                 rows.append({"step": step, "stage": stage, "train_loss": loss.item(), "seconds": time.perf_counter() - t0,
                              **measure(model, ev)})
     return pd.DataFrame(rows), model
-
-
-def first_crossing(trace: pd.DataFrame, column: str, level: float) -> float:
-    """The first recorded ``step`` at which ``trace[column] >= level`` (NaN if never): a formation time."""
-    hit = trace.loc[trace[column] >= level, "step"]
-    return float(hit.iloc[0]) if len(hit) else math.nan

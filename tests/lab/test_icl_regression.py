@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from interp.experiments.trajectory import first_crossing
 from interp.lab import icl_regression as R
 
 
@@ -51,12 +52,12 @@ def test_labels_follow_the_linear_tasks(delta):
 
 @pytest.mark.parametrize("kind", ["pulse", "rope"])
 def test_attention_and_prediction_equal_eq22(kind):
-    data = R.ICLData(K=2, n_in=3, delta=1, d_c=6)
+    data = R.ICLData(K=2, n_in=3, delta=1, d_c=8)
     theta = R.frequencies(kind, data)
     model = R.D4Transformer(data, theta)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        model.WQ1.copy_(torch.randn(6, 6, generator=g, dtype=torch.float64))
+        model.WQ1.copy_(torch.randn(8, 8, generator=g, dtype=torch.float64))
         model.WQ2.copy_(torch.randn(4, 4, generator=g, dtype=torch.float64))
     b = data.sample(5, g)
     out = model(b["E"])
@@ -84,7 +85,7 @@ def test_attention_and_prediction_equal_eq22(kind):
 
 
 def test_frequency_sets_and_assumption_d1():
-    data = R.ICLData(K=4, n_in=16, d_c=34)
+    data = R.ICLData(K=4, n_in=16, d_c=34)  # N = 33 <= 2M = 34
     M = data.d_c // 2
     pulse = R.pulse_check(R.frequencies("pulse", data)[:M], data.N)
     assert pulse["eps_fn"] < 1e-9 and pulse["C1"] == pytest.approx(M + 0.5)   # an exact pulse: M at 0, -1/2 elsewhere
@@ -93,7 +94,7 @@ def test_frequency_sets_and_assumption_d1():
         assert th.shape == (data.d // 2,) and torch.all(th[M:] <= data.N ** -2.0)  # item 1: low semantic planes
     assert R.pulse_check(R.frequencies("low", data)[:M], data.N)["C1"] < 1e-2    # item 2 fails: no spike
     assert math.isinf(R.pulse_check(R.frequencies("nope", data)[:M], data.N)["L"])
-    with pytest.raises(ValueError, match="exact pulse set needs d_c >= N - 1"):
+    with pytest.raises(ValueError, match="exact pulse set needs d_c >= N"):
         R.frequencies("pulse", R.ICLData(K=4, n_in=16, d_c=8))
 
 
@@ -122,5 +123,5 @@ def test_algorithm1_trains_one_block_per_stage_and_forms_the_slash():
     trace2, model2 = R.train_icl(data, R.frequencies("pulse", data), schedule="two-stage", tau1=30, tau2=5, batch=64,
                                  eval_batch=64, seed=0)
     assert torch.allclose(model2.WQ1.detach(), w1) and not torch.equal(model2.WQ2.detach(), torch.eye(data.K + 2, dtype=torch.float64))
-    assert set(trace2["stage"]) == {1, 2} and math.isnan(R.first_crossing(trace2, "lag_min", 2.0))
-    assert R.first_crossing(trace2, "lag_min", 0.5) == trace2.loc[trace2["lag_min"] >= 0.5, "step"].iloc[0]
+    assert set(trace2["stage"]) == {1, 2} and math.isnan(first_crossing(trace2, "lag_min", 2.0))
+    assert first_crossing(trace2, "lag_min", 0.5) == trace2.loc[trace2["lag_min"] >= 0.5, "step"].iloc[0]
