@@ -26,6 +26,9 @@ concentration levels fixed before the runs:
   ``(1 - S2_k) ** 2 <= N ** -1/4``, i.e. ``S2_k >= 1 - N ** -1/8``;
 - ``fixed``: 0.9 for both (``eps = 0.1``).
 
+Generalisation (D.6): ``rel_error_in`` / ``rel_error_ood``, the relative squared error of the trained model on fresh
+prompts with Rademacher tasks and with Gaussian tasks ``w ~ N(0, 25 I)`` outside the training support.
+
 Plateau: ``loss_share_at_t1`` = (loss(0) - loss(t1)) / (loss(0) - loss(end)), the share of the whole loss drop done
 when layer 1 has become an SDH (small: the loss waits for Stage II).
 
@@ -54,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's 
 from _common import one_thread, parser, save_figure  # noqa: E402
 
 from interp.experiments.trajectory import first_crossing, seed_summary  # noqa: E402
-from interp.lab.icl_regression import ICLData, frequencies, pulse_check, train_icl  # noqa: E402
+from interp.lab.icl_regression import ICLData, frequencies, pulse_check, relative_error, train_icl  # noqa: E402
 
 RUN_KEYS = ["delta", "freq", "schedule", "layer1"]
 
@@ -95,6 +98,15 @@ def run_summary(trace: pd.DataFrame, N: int) -> dict:
                 "feature_mass_start": trace["feature_mass"].iloc[0], "r1_q1_end": last["r1_q1"],
                 "r1_q1_min": trace["r1_q1"].min(), "uniform_lag_mass": float(np.mean(1.0 / n_q[1:]))})
     return out
+
+
+def generalisation(model, data: ICLData, seed: int, n: int) -> dict:
+    """Relative error ``mean (y^ - y)^2 / mean y^2`` of the trained model on fresh prompts: Rademacher tasks (the
+    training distribution) and Gaussian tasks ``w ~ N(0, 25 I)`` outside its support (D.6's OOD statement)."""
+    g = torch.Generator().manual_seed(20_000 + seed)
+    ind = relative_error(model, data.sample(n, g))
+    ood = relative_error(model, data.sample(n, g, w=5 * torch.randn(n, data.K, generator=g, dtype=torch.float64)))
+    return {"rel_error_in": ind, "rel_error_ood": ood}
 
 
 def figure(trace: pd.DataFrame) -> go.Figure:
@@ -141,12 +153,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             theta = frequencies(freq, data)
             for seed in range(args.seeds):
                 t0 = time.perf_counter()
-                tr, _ = train_icl(data, theta, schedule=sched, tau1=args.tau, tau2=args.tau, lr1=args.lr, lr2=args.lr,
+                tr, model = train_icl(data, theta, schedule=sched, tau1=args.tau, tau2=args.tau, lr1=args.lr, lr2=args.lr,
                                   batch=args.batch, eval_batch=args.eval_batch, seed=seed, layer1=layer1)
                 keys = {"delta": delta, "freq": freq, "schedule": sched, "layer1": layer1, "seed": seed, "N": data.N,
                         "d_c": data.d_c}
                 traces.append(tr.assign(**keys))
-                runs.append({**keys, **run_summary(tr, data.N), "seconds": time.perf_counter() - t0})
+                runs.append({**keys, **run_summary(tr, data.N), **generalisation(model, data, seed, args.eval_batch),
+                             "seconds": time.perf_counter() - t0})
                 print(f"delta {delta} {freq:5s} {sched:9s} {layer1:7s} seed {seed}: t1 {runs[-1]['t1_fixed']}, "
                       f"t2 {runs[-1]['t2_fixed']}, loss {runs[-1]['loss_end']:.4f} ({runs[-1]['seconds']:.1f} s)", flush=True)
     for delta in sorted({r["delta"] for r in runs}):

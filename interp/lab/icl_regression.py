@@ -106,16 +106,24 @@ class ICLData:
         x = np.arange(self.n_in) * (self.delta + 1)
         return x, x + self.delta
 
-    def sample(self, batch: int, gen: torch.Generator) -> dict:
-        """``batch`` prompts.
+    def sample(self, batch: int, gen: torch.Generator, w: Float[torch.Tensor, "batch K"] | None = None) -> dict:
+        """``batch`` prompts; ``w`` ``[batch, K]`` gives the tasks (e.g. outside the training distribution, for D.6's OOD
+        statement) instead of Rademacher draws.
 
         Returns:
             ``E`` ``[batch, pos, d]`` float64 embeddings; ``w`` ``[batch, K]`` tasks (+-1); ``feat`` ``[batch, n_in]``
             feature index of each ``x_i``; ``q`` ``[batch]`` feature index of ``x_q``; ``y`` ``[batch, n_in]`` labels
             ``<w, x_i>``; ``target`` ``[batch]`` ``<w, x_q>``.
+
+        Raises:
+            ValueError: ``w`` of another shape than ``[batch, K]``.
         """
         K, dc = self.K, self.d_c
-        w = torch.randint(0, 2, (batch, K), generator=gen).double() * 2 - 1
+        if w is None:
+            w = torch.randint(0, 2, (batch, K), generator=gen).double() * 2 - 1
+        elif tuple(w.shape) != (batch, K):
+            raise ValueError(f"w must have shape [batch, K] = [{batch}, {K}], got {list(w.shape)}")
+        w = w.double()
         feat = torch.randint(0, K, (batch, self.n_in), generator=gen)
         q = torch.randint(0, K, (batch,), generator=gen)
         y = w.gather(1, feat)
@@ -320,3 +328,10 @@ def train_icl(data: ICLData, theta: torch.Tensor, *, schedule: str = "two-stage"
                 rows.append({"step": step, "stage": stage, "train_loss": loss.item(), "seconds": time.perf_counter() - t0,
                              **measure(model, ev)})
     return pd.DataFrame(rows), model
+
+
+@torch.no_grad()
+def relative_error(model: D4Transformer, batch: dict) -> float:
+    """``mean (y^_q - <w, x_q>)^2 / mean <w, x_q>^2`` on a batch (0: exact; 1: no better than predicting 0)."""
+    t = batch["target"]
+    return float(((model(batch["E"])["y_hat"] - t) ** 2).mean() / (t ** 2).mean())
