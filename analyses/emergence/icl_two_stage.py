@@ -60,6 +60,7 @@ from interp.experiments.trajectory import first_crossing, seed_summary  # noqa: 
 from interp.lab.icl_regression import ICLData, frequencies, pulse_check, relative_error, train_icl  # noqa: E402
 
 RUN_KEYS = ["delta", "freq", "schedule", "layer1"]
+SETTINGS = ("seed", "N", "d_c", "K", "n_in", "tau", "lr", "batch", "eval_batch", "eps1_theory", "feature_level_theory")
 
 
 def conditions(quick: bool) -> list[tuple[int, str, str, str]]:
@@ -156,7 +157,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                 tr, model = train_icl(data, theta, schedule=sched, tau1=args.tau, tau2=args.tau, lr1=args.lr, lr2=args.lr,
                                   batch=args.batch, eval_batch=args.eval_batch, seed=seed, layer1=layer1)
                 keys = {"delta": delta, "freq": freq, "schedule": sched, "layer1": layer1, "seed": seed, "N": data.N,
-                        "d_c": data.d_c}
+                        "d_c": data.d_c, "K": args.K, "n_in": args.n_in, "tau": args.tau, "lr": args.lr, "batch": args.batch,
+                        "eval_batch": args.eval_batch, "eps1_theory": 1 - levels(data.N)["theory"][0],
+                        "feature_level_theory": levels(data.N)["theory"][1]}
                 traces.append(tr.assign(**keys))
                 runs.append({**keys, **run_summary(tr, data.N), **generalisation(model, data, seed, args.eval_batch),
                              "seconds": time.perf_counter() - t0})
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                            **pulse_check(frequencies(freq, data)[: data.d_c // 2], data.N)})
     trace = pd.concat(traces, ignore_index=True)
     run_df = pd.DataFrame(runs)
-    values = [c for c in run_df.columns if c not in (*RUN_KEYS, "seed", "N", "d_c")]
+    values = [c for c in run_df.columns if c not in (*RUN_KEYS, *SETTINGS)]
     summary = seed_summary(run_df, RUN_KEYS, values)
     trace.to_csv(args.out / "emergence_icl_trace.csv", index=False)
     run_df.to_csv(args.out / "emergence_icl_runs.csv", index=False)

@@ -57,6 +57,7 @@ from interp.lab import text_lm  # noqa: E402
 from interp.report.trajectory_page import write_trajectory_page  # noqa: E402
 
 ROLE = 0.3  # the atlas's role threshold (final_roles), fixed before the runs
+SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "role_level", "early", "late")
 EARLY = 8
 
 
@@ -95,7 +96,8 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
                        EffectsConfig(interventions=("mean",), bootstrap=1000, seed=seed)).table.assign(seed=seed)
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
-    row = {"seed": seed, "t_induction": first_crossing(per_step, "induction", ROLE),
+    row = {"seed": seed, "steps": args.steps, "length": n, "batch": args.batch, "d_model": args.d_model, "layers": args.layers,
+           "heads": args.heads, "role_level": ROLE, "early": EARLY, "late": n - 1, "t_induction": first_crossing(per_step, "induction", ROLE),
            "t_prev": first_crossing(per_step, "prev", ROLE),
            "phase_change_step": float(per_step["step"].iloc[k]), "phase_change_icl_drop": float(d_icl.iloc[k]) if k else np.nan,
            "icl_start": float(per_step["icl"].iloc[0]), "icl_end": float(per_step["icl"].iloc[-1]),
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     losses = pd.concat([p[1] for p in parts], ignore_index=True)
     runs = pd.DataFrame([p[2] for p in parts])
     effects = pd.concat([p[3] for p in parts], ignore_index=True)
-    summary = seed_summary(runs.assign(model="text-2l"), ["model"], [c for c in runs.columns if c not in ("seed", "top_layer", "top_head")])
+    summary = seed_summary(runs.assign(model="text-2l"), ["model"], [c for c in runs.columns if c not in SETTINGS])
     traj.to_csv(args.out / "emergence_text_trajectory.csv", index=False)
     losses.to_csv(args.out / "emergence_text_loss.csv", index=False)
     runs.to_csv(args.out / "emergence_text_runs.csv", index=False)
