@@ -1,4 +1,4 @@
-"""Command line: ``interp models | scan | atlas | ablate | sweep | view | merge | compare | report | verify | retrieval | effects``.
+"""Command line: ``interp models | scan | atlas | ablate | sweep | view | merge | compare | report | verify | retrieval | effects | trajectory``.
 
 One module per command, each a thin parser over the experiment API (``interp.experiments``, ``interp.engine``,
 ``interp.report``): it checks its options and paths before a model loads (``interp.cli.common``: the shared options,
@@ -10,7 +10,7 @@ import order is the order of ``interp --help``).
 from __future__ import annotations
 
 from interp.cli.common import app
-from interp.cli import models, scan, atlas, ablate, sweep, view, merge, compare, report, verify, retrieval, effects  # noqa: F401,E402  (each registers its command)
+from interp.cli import models, scan, atlas, ablate, sweep, view, merge, compare, report, verify, retrieval, effects, trajectory  # noqa: F401,E402  (each registers its command)
 
 __all__ = ["app", "main"]
 
