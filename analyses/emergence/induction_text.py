@@ -29,7 +29,7 @@ phase change, final scores, effect of the top induction head, training and scan 
 t-interval over seeds) and ``emergence_text.{html,png}``; the trajectory pages ``emergence_text_seed<k>.html``
 (``interp.report.trajectory_page``).
 
-    python analyses/emergence/induction_text.py [--steps 1500] [--seeds 3] [--length 96] [--quick] [--out DIR]
+    python analyses/emergence/induction_text.py [--steps 4000] [--seeds 3] [--length 96] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def figure(traj: pd.DataFrame) -> go.Figure:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "length 32, 30 steps, one seed (seconds)")
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--length", type=int, default=96, help="training window (tokens, <bos> included)")
     ap.add_argument("--batch", type=int, default=16)
