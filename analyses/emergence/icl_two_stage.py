@@ -60,6 +60,11 @@ from interp.experiments.trajectory import first_crossing, seed_summary  # noqa: 
 from interp.lab.icl_regression import ICLData, frequencies, pulse_check, relative_error, train_icl  # noqa: E402
 
 RUN_KEYS = ["delta", "freq", "schedule", "layer1"]
+OPTIONS = (("--seeds", int, 3, "seeds per condition"), ("--tau", int, 300, "steps of each stage (tau1 = tau2)"),
+           ("--lr", float, 1.0, "eta1 = eta2"), ("--K", int, 4, "orthonormal features (d_X = K)"),
+           ("--n-in", int, 16, "demonstrations per prompt"), ("--batch", int, 128, "fresh prompts per gradient step"),
+           ("--eval-batch", int, 256, "prompts of the fixed evaluation batch"))
+QUICK = {"seeds": 1, "tau": 20, "K": 2, "n_in": 4, "batch": 32, "eval_batch": 32}
 SETTINGS = ("seed", "N", "d_c", "K", "n_in", "tau", "lr", "batch", "eval_batch", "eps1_theory", "feature_level_theory")
 
 
@@ -127,23 +132,17 @@ def figure(trace: pd.DataFrame) -> go.Figure:
                                      hovertemplate=f"{name}, seed {seed}<br>step %{{x}}<br>{y} %{{y:.4f}}<extra></extra>"),
                           row=1, col=col)
         shown.add(name)
-    fig.update_xaxes(title_text="gradient step", type="log")
-    fig.update_layout(title="004 App. D: two-stage emergence (dotted: Algorithm 1's two stages; solid: joint)", height=480)
-    return fig
+    return fig.update_xaxes(title_text="gradient step", type="log").update_layout(
+        title="004 App. D: two-stage emergence (dotted: Algorithm 1's two stages; solid: joint)", height=480)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "K = 2, N_in = 4, 20 + 20 steps, one seed, six conditions (seconds)")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--tau", type=int, default=300, help="steps of each stage (tau1 = tau2)")
-    ap.add_argument("--lr", type=float, default=1.0, help="eta1 = eta2")
-    ap.add_argument("--K", type=int, default=4)
-    ap.add_argument("--n-in", type=int, default=16)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--eval-batch", type=int, default=256)
+    for flag, kind, default, text in OPTIONS:
+        ap.add_argument(flag, type=kind, default=default, help=text)
     args = ap.parse_args(argv)
     if args.quick:
-        args.seeds, args.tau, args.K, args.n_in, args.batch, args.eval_batch = 1, 20, 2, 4, 32, 32
+        vars(args).update(QUICK)
     args.out.mkdir(parents=True, exist_ok=True)
     traces, runs, pulses = [], [], []
     t_all = time.perf_counter()

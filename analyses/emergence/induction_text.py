@@ -59,6 +59,10 @@ from interp.report.trajectory_page import write_trajectory_page  # noqa: E402
 ROLE = 0.3  # the atlas's role threshold (final_roles), fixed before the runs
 SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "role_level", "early", "late")
 EARLY = 8
+OPTIONS = (("--steps", int, 4000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
+           ("--length", int, 96, "training window (tokens, <bos> included)"), ("--batch", int, 16, "windows per step"),
+           ("--layers", int, 2, "decoder layers"), ("--heads", int, 4, "heads per layer"), ("--d-model", int, 64, "residual width"),
+           ("--points", int, 30, "scheduled scans (log schedule)"))
 
 
 def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
@@ -133,14 +137,8 @@ def figure(traj: pd.DataFrame) -> go.Figure:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "length 32, 30 steps, one seed (seconds)")
-    ap.add_argument("--steps", type=int, default=4000)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--length", type=int, default=96, help="training window (tokens, <bos> included)")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d-model", type=int, default=64)
-    ap.add_argument("--points", type=int, default=30, help="scheduled scans (log schedule)")
+    for flag, kind, default, text in OPTIONS:
+        ap.add_argument(flag, type=kind, default=default, help=text)
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.length, args.batch, args.points, args.d_model = 30, 1, 32, 4, 6, 32
