@@ -117,8 +117,8 @@ def generalisation(model, data: ICLData, seed: int, n: int) -> dict:
 
 def figure(trace: pd.DataFrame) -> go.Figure:
     """Lag-Delta mass (min over queries), feature mass and loss against step; one line per run, Delta = 1."""
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("layer 1: lag-Delta mass (min over queries)",
-                                                        "layer 2: feature mass S2_k (eq. 17)", "loss (eq. 16)"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("layer 1: lag-Delta mass, min over queries",
+                                                        "layer 2: feature mass (eq. 17)", "loss (eq. 16)"))
     colours = {"pulse": "#1f77b4", "rope": "#2ca02c", "low": "#ff7f0e", "nope": "#d62728"}
     t = trace[trace["layer1"] == "reduced"]
     shown = set()
@@ -133,7 +133,7 @@ def figure(trace: pd.DataFrame) -> go.Figure:
                           row=1, col=col)
         shown.add(name)
     return fig.update_xaxes(title_text="gradient step", type="log").update_layout(
-        title="004 App. D: two-stage emergence (dotted: Algorithm 1's two stages; solid: joint)", height=480)
+        title="004 App. D: two-stage emergence (dotted: Algorithm 1's two stages; solid: joint)", height=480, width=1400)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:

@@ -131,7 +131,7 @@ def figure(traj: pd.DataFrame) -> go.Figure:
                                      showlegend=col == 1, hovertemplate=f"seed {seed}<br>step %{{x}}<br>%{{y:.4f}}<extra></extra>"),
                           row=1, col=col)
     fig.update_xaxes(title_text="training step", type="log")
-    fig.update_layout(title="Induction heads forming in a 2-layer byte-level model (pydoc)", height=440)
+    fig.update_layout(title="Induction heads forming in a 2-layer byte-level model (pydoc)", height=440, width=1300)
     return fig
 
 
