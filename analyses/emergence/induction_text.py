@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     save_figure(figure(traj), args.out, "emergence_text")
     for seed, g in traj.groupby("seed"):
         write_trajectory_page(g, args.out / f"emergence_text_seed{seed}.html", losses=losses[losses["seed"] == seed],
-                              title=f"2-layer byte model on pydoc, seed {seed}")
+                              title=f"2-layer byte model on pydoc, seed {seed}", inline_js=False)
     print(f"{args.seeds} seeds in {time.perf_counter() - t0:.0f} s", flush=True)
     return runs
 
