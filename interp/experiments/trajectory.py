@@ -136,6 +136,11 @@ class ScanCallback:
         self.seconds = 0.0
 
     def __call__(self, step: int, model: torch.nn.Module, loss: float | None = None) -> None:
+        """Record ``loss``; at a scheduled ``step`` scan ``wrap(model)`` and append its rows (class docstring).
+
+        Raises:
+            as ``interp.engine.scan`` (the probes do not fit the model).
+        """
         if loss is not None:
             self._losses.append((int(step), float(loss)))
         if step not in self.steps:
@@ -156,10 +161,12 @@ class ScanCallback:
 
     @property
     def frame(self) -> pd.DataFrame:
+        """The trajectory so far: one row per ``(step, layer, head)`` (class docstring)."""
         return pd.concat(self._frames, ignore_index=True) if self._frames else pd.DataFrame()
 
     @property
     def losses(self) -> pd.DataFrame:
+        """``[step, loss]`` of every call after step 0 (the training loss of each optimiser step, nats)."""
         return pd.DataFrame(self._losses, columns=["step", "loss"])
 
 
