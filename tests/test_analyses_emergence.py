@@ -51,3 +51,16 @@ def test_quick_induction_text(tmp_path):
     assert r["induction_end"] == pytest.approx(last["induction_score"].max())
     assert len(eff) == 8 and (eff["dnll_lo"] <= eff["dnll"]).all() and (eff["dnll"] <= eff["dnll_hi"]).all()
     assert (tmp_path / "emergence_text_seed0.html").exists()
+
+
+def test_seen_probes_repeat_ids_of_the_training_text():
+    mod = load_script(HERE / "induction_text.py")
+    from interp.lab import LabConfig, LabForCausalLM, lab_loaded, text_lm
+
+    train = np.array([3, 40, 41, 50, 50, 3])
+    lm = lab_loaded(LabForCausalLM(LabConfig(vocab_size=len(text_lm.BYTE_VOCAB), n_layers=1, n_heads=2, d_model=16, d_mlp=16,
+                                             max_positions=32)), text_lm.BYTE_VOCAB)
+    p = mod.repeated_probes(lm, train, "seen", 4, 20, 0)
+    assert p.shape == (4, 20) and set(p.unique().tolist()) <= {3, 40, 41, 50} and (p[:, :10] == p[:, 10:]).all()
+    q = mod.repeated_probes(lm, train, "all", 4, 20, 0)
+    assert q.shape == (4, 20) and (q[:, :10] == q[:, 10:]).all() and q.max() >= 60  # the whole vocabulary

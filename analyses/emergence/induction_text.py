@@ -7,8 +7,9 @@ Model and data (``interp.lab``): a 2-layer RoPE decoder (4 heads of width 16, d_
 windows (lr 3e-3, 50 warmup steps, cosine), ``--seeds`` seeds.
 
 At the steps of ``interp.experiments.trajectory.log_schedule(steps, 30)`` the callback
-(``interp.experiments.trajectory.ScanCallback``) scans 8 probe prompts of repeated random tokens (``<bos>``, r, r with
-``|r| = (length - 1) / 2``; ``interp.corpus.prompts(..., "repeated-random")``) with the token-matched scores and the
+(``interp.experiments.trajectory.ScanCallback``) scans 8 probe prompts of repeated random tokens (r, r with ``|r| = length / 2``: the lab's
+tokenizer adds no BOS, so none is prepended; ``interp.corpus.prompts(..., "repeated-random")``; ``--probes seen`` draws r only from the
+byte ids that occur in the training text) with the token-matched scores and the
 entropy switched on (``ScanConfig(token_match=True, shape=True)``): per head the previous-token and induction scores
 (TransformerLens ``detect_head``), slash scores per lag, sink weight, r1 and the rest of the default measures. Each
 scheduled step also records the in-context-learning score (``icl_score``: loss at token ``late = length - 1`` minus
@@ -62,7 +63,21 @@ EARLY = 8
 OPTIONS = (("--steps", int, 4000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
            ("--length", int, 96, "training window (tokens, <bos> included)"), ("--batch", int, 16, "windows per step"),
            ("--layers", int, 2, "decoder layers"), ("--heads", int, 4, "heads per layer"), ("--d-model", int, 64, "residual width"),
-           ("--points", int, 30, "scheduled scans (log schedule)"))
+           ("--points", int, 30, "scheduled scans (log schedule)"),
+           ("--probes", str, "all", "repeated-random probe tokens: all (the whole vocabulary) | seen (ids in the training text)"))
+
+
+def repeated_probes(loaded, train: np.ndarray, kind: str, m: int, n: int, seed: int) -> torch.Tensor:
+    """``[m, n]`` repeated-random probes (r, r; ``<bos>`` first only where the tokenizer adds one): ``kind="all"`` draws r from the whole vocabulary
+    (``interp.corpus.prompts(..., "repeated-random")``, the committed runs), ``"seen"`` only from the byte ids that occur
+    in the training text (whose embeddings were trained)."""
+    if kind == "all":
+        return corpus.prompts(loaded, "repeated-random", m, n, seed=seed)
+    ids, bos = np.unique(train), loaded.bos_token_id
+    body = n - (bos is not None)  # as interp.corpus.prompts: BOS only where the tokenizer adds one
+    r = torch.as_tensor(ids[np.random.default_rng(seed).integers(0, len(ids), (m, -(-body // 2)))])
+    out = torch.cat([r, r], 1)[:, :body]
+    return out if bos is None else torch.cat([torch.full((m, 1), bos), out], 1)
 
 
 def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
@@ -73,7 +88,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
                     d_mlp=4 * args.d_model, max_positions=n)
     model = LabForCausalLM(cfg)
     loaded = lab_loaded(model, text_lm.BYTE_VOCAB)
-    probes = corpus.prompts(loaded, "repeated-random", 8, n, seed=1000 + seed)
+    probes = repeated_probes(loaded, train, args.probes, 8, n, 1000 + seed)
     windows = text_lm.disjoint_windows(test, n, 16)
 
     def extras(m):
@@ -96,7 +111,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     k = int(d_icl.idxmin()) if d_icl.notna().any() else 0
     last = traj[traj["step"] == traj["step"].max()]
     top = last[last["layer"] == args.layers - 1].sort_values("induction_score").iloc[-1]
-    eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), corpus.prompts(loaded, "repeated-random", 16, n, seed=2000 + seed),
+    eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), repeated_probes(loaded, train, args.probes, 16, n, 2000 + seed),
                        EffectsConfig(interventions=("mean",), bootstrap=1000, seed=seed)).table.assign(seed=seed)
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
