@@ -50,6 +50,7 @@ SCRIPTS = {
     "rope_id_lm": HERE / "p001_frayed/rope_id_lm.py",
     # training dynamics (issue 35): heads watched as they form
     "icl_two_stage": HERE / "emergence/icl_two_stage.py",
+    "icl_lr": HERE / "emergence/icl_lr.py",
     "induction_text": HERE / "emergence/induction_text.py",
 }
 OPTIONAL = {"pca_snapshot": HERE / "p001_frayed/pca_snapshot.py", "embedding_cone": HERE / "p004_slash/embedding_cone.py"}  # present once issue 8's part lands

@@ -64,3 +64,14 @@ def test_seen_probes_repeat_ids_of_the_training_text():
     assert p.shape == (4, 20) and set(p.unique().tolist()) <= {3, 40, 41, 50} and (p[:, :10] == p[:, 10:]).all()
     q = mod.repeated_probes(lm, train, "all", 4, 20, 0)
     assert q.shape == (4, 20) and (q[:, :10] == q[:, 10:]).all() and q.max() >= 60  # the whole vocabulary
+
+
+def test_quick_icl_lr(tmp_path):
+    runs = load_script(HERE / "icl_lr.py").main(["--quick", "--out", str(tmp_path)])
+    assert sorted(runs["lr"].unique()) == [0.3, 3.0] and set(runs["schedule"]) == {"two-stage", "joint"}
+    summ = pd.read_csv(tmp_path / "emergence_icl_lr_summary.csv")
+    row = summ[(summ["lr"] == 3.0) & (summ["schedule"] == "joint") & (summ["measure"] == "loss_end")].iloc[0]
+    assert row["mean"] == pytest.approx(runs[(runs["lr"] == 3.0) & (runs["schedule"] == "joint")]["loss_end"].mean())
+    # a larger step moves layer 1 faster: the lag-one mass at the end is higher at eta 3 than at eta 0.3
+    end = runs.groupby("lr")["lag_mean_end"].mean()
+    assert end[3.0] > end[0.3]
