@@ -111,9 +111,33 @@ def parser(doc: str, quick_help: str) -> argparse.ArgumentParser:
     return ap
 
 
+_WRITTEN: set[str] = set()  # real paths this process opened for writing or renamed onto (the audit hook below)
+_HOOKED: list[bool] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    """``sys.addaudithook`` hook: note every file this process opens for writing (``open`` with a w/a/x/+ mode, or
+    os-level write flags) and every rename target (``os.rename`` / ``os.replace``, as atomic writes end)."""
+    if event == "open":
+        path, mode, flags = args
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(
+            (flags or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
+        if writes and isinstance(path, (str, bytes, os.PathLike)):
+            _WRITTEN.add(os.path.realpath(os.fsdecode(path)))
+    elif event == "os.rename":
+        _WRITTEN.add(os.path.realpath(os.fsdecode(args[1])))
+
+
 def track_outputs(out: Path, script: str, args: list[str]) -> None:
     """At interpreter exit, record how every CSV this process wrote (or rewrote) in ``out`` was made, in
-    ``out/provenance.json`` (:func:`record_provenance`). ``script``: the analysis file; ``args``: its arguments."""
+    ``out/provenance.json`` (:func:`record_provenance`). ``script``: the analysis file; ``args``: its arguments.
+
+    Which CSVs this process wrote is read from an audit hook (``sys.addaudithook``: files opened for writing, rename
+    targets), not only from modification times: two runs writing into ``figures/`` at once, or a ``git merge`` that
+    rewrites tables during a run, must not credit each other's tables to this script."""
+    if not _HOOKED:
+        sys.addaudithook(_audit)
+        _HOOKED.append(True)
     atexit.register(record_provenance, Path(out), time.time(), script, list(args))
 
 
@@ -137,7 +161,8 @@ def merge_sources(names: list[str], dirs: list[Path]) -> None:
 
 
 def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dict:
-    """Write one entry per ``*.csv`` in ``out`` modified since ``t0`` (epoch seconds) into ``out/provenance.json``,
+    """Write one entry per ``*.csv`` in ``out`` this process wrote since ``t0`` (epoch seconds; with
+    :func:`track_outputs`' audit hook installed, only the files it saw this process write) into ``out/provenance.json``,
     keeping the entries of other tables: ``script`` (relative to the repository), ``command`` (the line that reruns it),
     ``date`` (UTC, ISO 8601), ``seconds`` (the run's wall time), ``commit`` (``git`` HEAD, ``+dirty`` with uncommitted
     changes outside ``out``: a run's own tables do not count), ``machine`` (OS, CPUs, torch, GPU), and ``sources`` for a table joined from run folders
@@ -145,7 +170,8 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
     out = Path(out)
     if not out.is_dir():
         return {}
-    names = sorted(p.name for p in out.glob("*.csv") if p.stat().st_mtime >= t0)
+    names = sorted(p.name for p in out.glob("*.csv") if p.stat().st_mtime >= t0
+                   and (not _HOOKED or os.path.realpath(p) in _WRITTEN))  # written by this process, not only since t0
     if not names:
         return {}
     path = Path(script).resolve()
