@@ -68,3 +68,24 @@ def test_youden_threshold_on_a_hand_case():
     assert thr == 0.2 and tpr == pytest.approx(2 / 3) and fpr == 0.0  # J = 2/3 at 0.2 beats J = 1 - 2/3 at 0.5
     with pytest.raises(ConfigError):
         youden_threshold([0.1, 0.2], [True, True])
+
+
+def test_effect_columns_and_the_atlas_hover():
+    """The long effects table becomes one row per head with dnll_<name>, its interval and kl_<name>; the grid's hover
+    shows them."""
+    from interp.experiments.atlas import effect_columns
+    from interp.report.atlas_page import effect_hover
+
+    eff = pd.DataFrame({"layer": [0, 0, 0, 0], "head": [0, 1, 0, 1], "intervention": ["zero", "zero", "streaming", "streaming"],
+                        "dnll": [0.1, 0.2, 0.3, 0.4], "dnll_lo": [0.0, 0.1, 0.2, 0.3], "dnll_hi": [0.2, 0.3, 0.4, 0.5],
+                        "kl": [1.0, 2.0, 3.0, 4.0]})
+    w = effect_columns(eff)
+    assert list(w.columns) == ["layer", "head", "dnll_zero", "dnll_zero_lo", "dnll_zero_hi", "kl_zero", "dnll_streaming",
+                               "dnll_streaming_lo", "dnll_streaming_hi", "kl_streaming"]
+    assert w.loc[w["head"] == 1, "dnll_streaming_hi"].item() == 0.5 and w.loc[w["head"] == 0, "kl_zero"].item() == 1.0
+    lines = effect_hover(w.iloc[1].to_dict(), w)
+    assert len(lines) == 2 and "zero: dNLL = 0.2 [0.1, 0.3], KL 2" in lines[0]
+    with pytest.raises(ConfigError, match="twice"):
+        effect_columns(pd.concat([eff, eff]))
+    with pytest.raises(ConfigError, match="needs the columns"):
+        effect_columns(eff.drop(columns="dnll"))

@@ -109,3 +109,23 @@ def test_greedy_answer_decodes_what_greedy_decode_does_and_masks_exactly(tiny_ll
     assert torch.equal(masked, hand) and not torch.equal(masked, ref.generated)
     stop = greedy_answer(tiny_llama, prompt, 12, stop=lambda t: t == int(ref.generated[2]))
     assert torch.equal(stop, ref.generated[:3])
+
+
+def test_atlas_effects_equal_head_effects_on_the_text_prompts(tiny_llama):
+    """``AtlasConfig.effects`` measures every head on the text pass's first prompts, cut to ``effects_tokens``, and joins
+    them as columns: the same numbers as ``head_effects`` on those prompts."""
+    import interp
+    from interp.experiments.atlas import AtlasConfig, run_atlas
+
+    eff = EffectsConfig(interventions=("zero", "streaming"), sink=1, window=8, bootstrap=50)
+    res = run_atlas(tiny_llama, AtlasConfig(prompts=3, tokens=40, inp=False, effects=eff, effects_prompts=2, effects_tokens=24))
+    ref = head_effects(tiny_llama, interp.corpus.prompts(tiny_llama, "pydoc", 3, 40)[:2, :24], eff).table
+    t = res.table.set_index(["layer", "head"])
+    for r in ref.itertuples():
+        assert t.loc[(r.layer, r.head), f"dnll_{r.intervention}"] == pytest.approx(r.dnll, abs=1e-9)
+        assert t.loc[(r.layer, r.head), f"kl_{r.intervention}"] == pytest.approx(r.kl, abs=1e-9)
+    assert res.effects.meta["tokens"] == 24 and "effects" in res.seconds
+    from interp.report.atlas_page import render_atlas
+
+    page = render_atlas(res, report_link=None)
+    assert "What each head does: causal effects" in page and "what it does, streaming: dNLL" in page
