@@ -11,8 +11,8 @@ its first (``EffectsConfig.score_from``); on them the clean model's loss is far 
   (``interp.experiments.effects.set_effects``), against ``--draws`` sets of k heads drawn from the same layers as the
   top-k (a head of layer l replaced by a random head of layer l that is not in the top-k; seeded): ``dnll`` per set with
   a 95% bootstrap interval over prompts;
-- **per head**: every head zeroed alone (``head_effects``, the fast path), ``dnll`` on the second copy, against its
-  ``rr_induction_score``: Spearman's rho over heads and the top-k heads' rank by effect.
+- **per head** (``--head-prompts`` > 0): every head zeroed alone (``head_effects``, the fast path), ``dnll`` on the
+  second copy, against its ``rr_induction_score``: Spearman's rho over heads and the top-k heads' median rank by effect.
 
 Writes ``figures/effects_induction.csv`` (sets), ``figures/effects_induction_heads.csv`` (per head) and
 ``figures/effects_induction_summary.csv`` (per model and k: the top-k and the random sets' ``dnll``, the clean loss on
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--k", default="5,10", help="numbers of top induction heads removed")
     ap.add_argument("--draws", type=int, default=20, help="random layer-matched sets per k")
     ap.add_argument("--prompts", type=int, default=4, help="repeated-random prompts of the set test")
-    ap.add_argument("--head-prompts", type=int, default=2, help="of them, the prompts of the per-head effects")
+    ap.add_argument("--head-prompts", type=int, default=2, help="of them, the prompts of the per-head effects (0: none)")
     ap.add_argument("--tokens", type=int, default=129, help="tokens per prompt (BOS + two copies)")
     args = ap.parse_args(argv)
     ks = [int(x) for x in args.k.split(",")]
@@ -93,26 +93,29 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             sets_rows.append({"model": name, "kind": kind, "k": k, "draw": d, "dnll": m, "dnll_lo": lo, "dnll_hi": hi,
                               "heads": " ".join(f"L{l}H{h}" for l, h in heads), "prompts": args.prompts,
                               "tokens": args.tokens, "score_from": start})
-        res = head_effects(model, prompts[:args.head_prompts], cfg, progress=True)
-        t = res.table.merge(atlas[["layer", "head", "rr_induction_score"]], on=["layer", "head"])
-        head_rows.append(t.assign(model=name, prompts=args.head_prompts, tokens=args.tokens, score_from=start))
-        rho = spearmanr(t["rr_induction_score"], t["dnll"])
-        rank = t["dnll"].rank(ascending=False)
+        if args.head_prompts:
+            res = head_effects(model, prompts[:args.head_prompts], cfg, progress=True)
+            t = res.table.merge(atlas[["layer", "head", "rr_induction_score"]], on=["layer", "head"])
+            head_rows.append(t.assign(model=name, prompts=args.head_prompts, tokens=args.tokens, score_from=start))
+            rho = spearmanr(t["rr_induction_score"], t["dnll"])
+            rank = t["dnll"].rank(ascending=False)
         for k in ks:
             s = [r for r in sets_rows if r["model"] == name and r["k"] == k]
             rnd = np.array([r["dnll"] for r in s if r["kind"] == "random"])
             top = next(r for r in s if r["kind"] == "top")
-            top_heads = t.set_index(["layer", "head"]).index.isin(pairs[:k])
             summary.append({"model": name, "k": k, "top_dnll": top["dnll"], "top_lo": top["dnll_lo"], "top_hi": top["dnll_hi"],
                             "random_mean": float(rnd.mean()), "random_lo": float(np.quantile(rnd, 0.025)),
                             "random_hi": float(np.quantile(rnd, 0.975)), "p_greater": float((rnd >= top["dnll"]).mean()),
                             "draws": len(rnd), "clean_nll_second": float(nll.mean()), "clean_nll_all": float(nll_all.mean()),
-                            "spearman": float(rho.statistic), "spearman_p": float(rho.pvalue),
-                            "top_median_rank": float(rank[top_heads].median()), "heads": len(t),
+                            "spearman": float(rho.statistic) if args.head_prompts else np.nan,
+                            "spearman_p": float(rho.pvalue) if args.head_prompts else np.nan,
+                            "top_median_rank": float(rank[t.set_index(["layer", "head"]).index.isin(pairs[:k])].median())
+                            if args.head_prompts else np.nan, "heads": len(atlas),
                             "top_heads": " ".join(f"L{l}H{h}" for l, h in pairs[:k]),
                             "prompts": args.prompts, "tokens": args.tokens})
     write(pd.DataFrame(sets_rows), args.out / "effects_induction.csv")
-    write(pd.concat(head_rows, ignore_index=True), args.out / "effects_induction_heads.csv")
+    if head_rows:
+        write(pd.concat(head_rows, ignore_index=True), args.out / "effects_induction_heads.csv")
     df = write(pd.DataFrame(summary), args.out / "effects_induction_summary.csv")
     print(pd.DataFrame(summary).drop(columns=["top_heads"]).to_string(index=False))
     return df

@@ -15,10 +15,12 @@ head streamed alone, sink 4 and window 64, on pydoc prompts) and the atlas (``di
   (seed 1) of the same length, ``interp.experiments.effects.set_effects`` streams at once the ``n`` heads of lowest
   distant mass (``order = rule``), the ``n`` heads of lowest single-head ``dnll`` (``causal``; ranked on the effects
   prompts, measured on the held-out ones) and ``--draws`` random sets of ``n`` heads (``random``), for ``n`` = the
-  rule's count and a quarter, half and three quarters of the heads: ``dnll`` with a 95% bootstrap interval over prompts.
+  rule's count and a quarter, half and three quarters of the heads: ``dnll`` with a 95% bootstrap interval over prompts,
+  and ``mass_max``, the largest distant mass in the set (for ``rule``: the threshold that streams those heads).
 
-Writes ``figures/effects_streaming.csv`` (one row per model), ``figures/effects_streaming_joint.csv`` and the scatter
-"where it looks vs what it does" ``figures/effects_streaming.{html,png}`` (distant mass against streaming ``dnll``).
+Writes ``figures/effects_streaming.csv`` (one row per model), ``figures/effects_streaming_joint.csv``,
+``figures/effects_streaming_heads.csv`` (per head: distant mass, the rule's label, the streaming ``dnll``) and the
+scatter "where it looks vs what it does" ``figures/effects_streaming.{html,png}`` of every model in that table.
 
     python analyses/effects/streaming_criterion.py [--models ...] [--joint-prompts 4] [--draws 2] [--quick] [--out DIR]
 """
@@ -138,9 +140,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         sets = head_sets(t, counts, args.draws)
         print(f"{name}: joint streaming of {len(sets)} head sets on {args.joint_prompts} x {N} held-out tokens", flush=True)
         dn, _, nll = set_effects(model, held, [s[3] for s in sets], "streaming", EffectsConfig(batch_rows=4))
-        for (order, n, draw, _), d in zip(sets, dn):
+        mass = dict(zip(zip(t["layer"].astype(int), t["head"].astype(int)), t["distant_mass"]))
+        for (order, n, draw, hs), d in zip(sets, dn):
             m, lo, hi = mean_interval(d)
             joint.append({"model": name, "order": order, "n": n, "share": n / len(t), "draw": draw, "rule_count": n == rule.sum(),
+                          "mass_max": max(mass[h] for h in hs),
                           "dnll": m, "dnll_lo": lo, "dnll_hi": hi, "clean_nll": float(nll.mean()),
                           "prompts": args.joint_prompts, "tokens": N})
         at_rule = [j for j in joint if j["model"] == name and j["rule_count"]]
@@ -150,7 +154,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         rows.append(row)
     df = write(pd.DataFrame(rows), args.out / "effects_streaming.csv")
     write(pd.DataFrame(joint), args.out / "effects_streaming_joint.csv")
-    save_figure(scatter(scatters), args.out, "effects_streaming")
+    cols = ["model", "layer", "head", "distant_mass", "is_streaming", "dnll", "dnll_lo", "dnll_hi", "kl"]
+    heads = write(pd.concat([t.assign(model=m) for m, t in scatters.items()])[cols], args.out / "effects_streaming_heads.csv")
+    save_figure(scatter({m: heads[heads["model"] == m] for m in heads["model"].unique()}), args.out, "effects_streaming")
     print(pd.DataFrame(rows).to_string(index=False))
     return df
 
