@@ -21,7 +21,7 @@ ls -l "$WORK/dist"
 import sys, zipfile, pathlib
 whl = next(pathlib.Path(sys.argv[1]).glob("interp-*.whl"))
 names = set(zipfile.ZipFile(whl).namelist())
-need = ["interp/engine/kernels/stream_attention.cpp", "interp/report/assets/report.css", "interp/report/assets/viewer.js", "interp/__init__.py", "interp/cli.py"]
+need = ["interp/engine/kernels/stream_attention.cpp", "interp/report/assets/report.css", "interp/report/assets/viewer.js", "interp/__init__.py", "interp/cli/__init__.py", "interp/cli/scan.py", "interp/docs/numbers.py"]
 missing = [n for n in need if n not in names]
 if missing:
     sys.exit(f"wheel {whl.name} lacks {missing}")

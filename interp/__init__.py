@@ -41,8 +41,7 @@ _EXPORTS = {
     "ScanConfig": "interp.engine:ScanConfig", "ScanResult": "interp.engine:ScanResult", "scan": "interp.engine:scan",
     "merge_results": "interp.engine:merge_results", "inp_spectrum": "interp.measures.inp:spectrum_table",
     "write_report": "interp.report:write_report",
-    "corpus": "interp.corpus", "rope": "interp.rope", "ablation": "interp.experiments.ablation", "intervene": "interp.hooks.intervene",
-    "rope_variants": "interp.rope.variants", "arch": "interp.models.arch", "errors": "interp.errors", "measures": "interp.measures",
+    "corpus": "interp.corpus", "rope": "interp.rope", "errors": "interp.errors", "measures": "interp.measures",
     "engine": "interp.engine", "hooks": "interp.hooks", "models": "interp.models", "experiments": "interp.experiments",
 }
 

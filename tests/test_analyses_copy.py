@@ -1,4 +1,4 @@
-"""analyses/copy_attempts.py and copy_2d_rope.py's per-seed updates (issue 22): quick runs and the merge rules."""
+"""analyses/p000_copy/copy_attempts.py and copy_2d_rope.py's per-seed updates (issue 22): quick runs and the merge rules."""
 
 from pathlib import Path
 
@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[1] / "analyses"
 
 @pytest.fixture(scope="module")
 def c2d():
-    return load_script(ROOT / "copy_2d_rope.py")
+    return load_script(ROOT / "p000_copy/copy_2d_rope.py")
 
 
 def test_quick_attempts_write_their_curves_and_replace_only_their_own_rows(tmp_path):
-    mod = load_script(ROOT / "copy_attempts.py")
+    mod = load_script(ROOT / "p000_copy/copy_attempts.py")
     stale = pd.DataFrame(dict(recipe=["base", "thr08"], seed=[0, 0], step=[5, 5], exact_match=[0.5, 0.25]))
     stale.to_csv(tmp_path / "copy_attempts.csv", index=False)
     ev = mod.main(["--quick", "--out", str(tmp_path), "--jobs", "1"])
@@ -40,7 +40,7 @@ def test_quick_attempts_write_their_curves_and_replace_only_their_own_rows(tmp_p
 
 
 def test_recipe_settings_fill_in_the_base_recipe():
-    mod = load_script(ROOT / "copy_attempts.py")
+    mod = load_script(ROOT / "p000_copy/copy_attempts.py")
     s = {"d_model": 128, "d_mlp": 128, "batch": 32}
     base = mod.settings(mod.RECIPES["base"], s)
     assert base == dict(heads=4, d_model=128, d_mlp=128, rope_base=1e4, lr=2e-3, batch=32, curriculum=True, threshold=0.9)

@@ -1,4 +1,4 @@
-"""analyses/sdh_count_bootstrap.py, long_range_slash.py and cluster_length.py (issue 21): each statistic against an
+"""analyses/p004_slash/sdh_count_bootstrap.py, long_range_slash.py and cluster_length.py (issue 21): each statistic against an
 independent computation (a plain loop over replicates, the per-prompt scores' mean, a geometry scan), and their quick modes."""
 
 from pathlib import Path
@@ -22,7 +22,7 @@ def same_columns(quick: Path, committed: str) -> None:
 
 @pytest.fixture(scope="module")
 def sdh():
-    return load_script(ANALYSES / "sdh_count_bootstrap.py")
+    return load_script(ANALYSES / "p004_slash/sdh_count_bootstrap.py")
 
 
 def test_sdh_count_bootstrap_equals_a_plain_loop_over_replicates(sdh):
@@ -79,7 +79,7 @@ def test_sdh_count_quick_run(sdh, tmp_path):
 
 
 def test_long_range_quick_run_rules_nest_and_checks_average_the_prompts(tmp_path):
-    mod = load_script(ANALYSES / "long_range_slash.py")
+    mod = load_script(ANALYSES / "p004_slash/long_range_slash.py")
     df = mod.main(["--quick", "--out", str(tmp_path)]).set_index("rule")["long_sdh"]
     assert df["mean"] >= df["fraction"] >= df["fraction_loo"]  # each rule keeps a subset of the previous one's heads
     heads = pd.read_csv(tmp_path / "long_range_tiny-llama_heads.csv")
@@ -98,7 +98,7 @@ def test_long_range_quick_run_rules_nest_and_checks_average_the_prompts(tmp_path
 def test_cluster_length_equals_a_geometry_scan_of_each_prefix():
     import interp
 
-    mod = load_script(ANALYSES / "cluster_length.py")
+    mod = load_script(ANALYSES / "p001_frayed/cluster_length.py")
     model = interp.load_model("tiny-llama")
     p = interp.corpus.prompts(model, "random", 2, 96, seed=1)
     per = np.stack([mod.prompt_clusters(model, t, [48, 96], i, 40) for i, t in enumerate(p)])

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1] / "analyses"
 
 
 def test_quick_frayed_rope_summarises_the_sweep(tmp_path):
-    df = load_script(ROOT / "frayed_rope.py").main(["--quick", "--out", str(tmp_path)])
+    df = load_script(ROOT / "p001_frayed/frayed_rope.py").main(["--quick", "--out", str(tmp_path)])
     assert set(df["length"]) == {64, 128} and {"max_qk_rot", "silhouette_pre", "srank_k_rot"} <= set(df["measure"])
     assert (df["q25"] <= df["median"] + 1e-12).all() and (df["median"] <= df["q75"] + 1e-12).all()
     assert (tmp_path / "frayed_rope_tiny-llama.html").exists() and (tmp_path / "frayed_rope_fig5_tiny-llama.html").exists()
@@ -25,8 +25,8 @@ def test_quick_dtype_error_measures_both_dtypes(tmp_path):
 def test_make_all_lists_every_analysis_script_and_runs_them(tmp_path):
     mod = load_script(ROOT / "make_all.py")
     listed = {p.resolve() for p in {**mod.SCRIPTS, **mod.OPTIONAL, **mod.BENCHMARKS}.values()}
-    on_disk = {p.resolve() for p in ROOT.glob("*.py") if p.name not in ("_common.py", "make_all.py")}
-    on_disk |= {p.resolve() for p in (ROOT / "benchmarks").glob("*.py") if p.name != "scan_speed.py"}  # scan_speed: one process per mode
+    on_disk = {p.resolve() for p in ROOT.glob("*/*.py") if p.name != "scan_speed.py"}  # scan_speed: one process per mode
+    assert not [p.name for p in ROOT.glob("*.py") if p.name not in ("_common.py", "make_all.py")], "scripts go in a group folder"
     assert on_disk <= listed, on_disk - listed
     times = mod.main(["--quick", "--only", "frayed_rope", "--out", str(tmp_path)])
     assert set(times) == {"frayed_rope"} and (tmp_path / "frayed_rope_summary.csv").exists()

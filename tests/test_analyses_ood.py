@@ -1,4 +1,4 @@
-"""analyses/ood_ratio.py (paper 004 Fig. 3b): SDH rows, the prompt bootstrap, per-prompt scans, and the quick mode."""
+"""analyses/p004_slash/ood_ratio.py (paper 004 Fig. 3b): SDH rows, the prompt bootstrap, per-prompt scans, and the quick mode."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import pytest
 import interp
 from tests.conftest import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "ood_ratio.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "p004_slash/ood_ratio.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Quick mode of analyses/ppc_scratchpad.py (paper 003 Sec. 5.2: parity and variable assignment with scratchpad)."""
+"""Quick mode of analyses/p003_sparsity/ppc_scratchpad.py (paper 003 Sec. 5.2: parity and variable assignment with scratchpad)."""
 
 from pathlib import Path
 
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_quick_ppc_scratchpad_over_seeds_and_resume(tmp_path):
-    mod = load_script(ROOT / "analyses" / "ppc_scratchpad.py")
+    mod = load_script(ROOT / "analyses" / "p003_sparsity/ppc_scratchpad.py")
     df = mod.main(["--quick", "--out", str(tmp_path)])
     csv = pd.read_csv(tmp_path / "ppc.csv")
     assert list(csv.columns) == mod.COLUMNS and len(csv) == len(df)
@@ -33,7 +33,7 @@ def test_quick_ppc_scratchpad_over_seeds_and_resume(tmp_path):
 
 
 def test_pose_ids_are_pose_rows():
-    mod = load_script(ROOT / "analyses" / "ppc_scratchpad.py")
+    mod = load_script(ROOT / "analyses" / "p003_sparsity/ppc_scratchpad.py")
     from interp.lab import ppc
     rng = np.random.default_rng(0)
     b = ppc.ppc_batch(rng, 16, (5, 20), 1, coupled=False, shift=False)

@@ -1,4 +1,4 @@
-"""analyses/retrieval_heads.py (Wu et al. 2024 retrieval heads): the quick mode writes its tables; the summary row."""
+"""analyses/atlas/retrieval_heads.py (Wu et al. 2024 retrieval heads): the quick mode writes its tables; the summary row."""
 
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pandas as pd
 
 from tests.conftest import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "retrieval_heads.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "atlas/retrieval_heads.py"
 
 
 def test_summary_ranks_by_the_gated_score_when_any_trial_is_retrieved():

@@ -1,4 +1,4 @@
-"""analyses/shape_zoo.py in quick mode (tiny model): it runs, and its summary holds what it says."""
+"""analyses/atlas/shape_zoo.py in quick mode (tiny model): it runs, and its summary holds what it says."""
 
 from pathlib import Path
 
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1] / "analyses"
 
 
 def test_quick_shape_zoo_writes_the_distribution_and_its_summary(tmp_path):
-    mod = load_script(ROOT / "shape_zoo.py")
+    mod = load_script(ROOT / "atlas/shape_zoo.py")
     summary = mod.main(["--quick", "--out", str(tmp_path)])
     heads = pd.read_csv(tmp_path / "shape_zoo.csv")
     assert list(summary.model) == ["tiny-llama"] and len(heads) == summary.heads[0]
@@ -22,6 +22,6 @@ def test_quick_shape_zoo_writes_the_distribution_and_its_summary(tmp_path):
 
 
 def test_otsu_splits_two_clusters_between_them():
-    mod = load_script(ROOT / "shape_zoo.py")
+    mod = load_script(ROOT / "atlas/shape_zoo.py")
     x = np.r_[np.full(50, 0.1), np.full(30, 0.7)]
     assert 0.1 < mod.otsu(x) <= 0.7

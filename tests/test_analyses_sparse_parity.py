@@ -1,4 +1,4 @@
-"""analyses/sparse_parity.py (paper 003 Sec. 5.1): the k = 1 side run and seeds run in pieces merge into one table."""
+"""analyses/p003_sparsity/sparse_parity.py (paper 003 Sec. 5.1): the k = 1 side run and seeds run in pieces merge into one table."""
 
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import pandas as pd
 
 from tests.conftest import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "sparse_parity.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "p003_sparsity/sparse_parity.py"
 
 
 def test_quick_k1_side_run_keeps_the_other_rows_and_summarises_over_seeds(tmp_path):

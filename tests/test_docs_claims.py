@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from interp import docs_claims as dc
+from interp.docs import claims as dc
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """Every number the README and the results pages quote is bound to a cell of a committed table (issues 21, 33).
 
-`interp.docs_numbers.check` runs over the pages `docs/numbers.yml` lists: a hand-typed number outside a
+`interp.docs.numbers.check` runs over the pages `docs/numbers.yml` lists: a hand-typed number outside a
 `{{ num(...) }}` / `{{ rng(...) }}` template, a template whose table / column / row is missing, and a template whose
 value differs from what `docs/numbers.lock.yml` recorded (the page is stale against its tables) each fail, named by
 page and line. The mutation tests change one cell of a committed table (or type one number) in a temporary copy of
@@ -16,14 +16,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from interp import docs_numbers as dn
+from interp.docs import numbers as dn
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_docs_numbers_check_passes():
     problems = dn.check(ROOT)
-    assert not problems, f"{len(problems)} problems (python -m interp.docs_numbers check):\n" + "\n".join(problems[:40])
+    assert not problems, f"{len(problems)} problems (python -m interp.docs.numbers check):\n" + "\n".join(problems[:40])
 
 
 def test_every_results_page_is_listed():

@@ -9,7 +9,7 @@ from interp.models.arch import rope_specs
 from interp.rope import rotate
 from interp.engine import ScanConfig, scan
 from interp.engine.collector import Collector as _Collector, new_state
-from interp.hooks.taps import attention_taps
+from interp.models.taps import attention_taps
 
 pytestmark = pytest.mark.slow
 

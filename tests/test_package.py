@@ -38,3 +38,20 @@ def test_docs_extra_lists_the_site_builders():
     docs = " ".join(PYPROJECT["project"]["optional-dependencies"]["docs"])
     for name in ("mkdocs", "mkdocs-material", "mkdocstrings[python]", "mkdocs-jupyter"):
         assert name in docs
+
+
+def test_every_subpackage_declares_its_public_names():
+    """The public API is ``interp``'s exports plus each subpackage's ``__all__`` (issue 36): every subpackage declares
+    one, and every name in it resolves (a submodule or an attribute)."""
+    import importlib
+    import pkgutil
+
+    import interp
+
+    for info in pkgutil.iter_modules(interp.__path__):
+        if not info.ispkg:
+            continue
+        pkg = importlib.import_module(f"interp.{info.name}")
+        assert hasattr(pkg, "__all__"), f"interp.{info.name} has no __all__"
+        for name in pkg.__all__:
+            assert hasattr(pkg, name) or importlib.util.find_spec(f"interp.{info.name}.{name}") is not None, (info.name, name)

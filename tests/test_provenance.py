@@ -36,21 +36,21 @@ def test_record_provenance_adds_the_tables_written_since_the_start_and_keeps_the
     (tmp_path / common.PROVENANCE).write_text(json.dumps({"old.csv": {"script": "x"}}))
     t0 = time.time() - 1
     new.write_text("a\n2\n")
-    got = common.record_provenance(tmp_path, t0, str(ROOT / "analyses" / "ppc_scratchpad.py"), ["--seeds", "0 1"])
+    got = common.record_provenance(tmp_path, t0, str(ROOT / "analyses" / "p003_sparsity/ppc_scratchpad.py"), ["--seeds", "0 1"])
     prov = json.loads((tmp_path / common.PROVENANCE).read_text())
     assert set(got) == {"new.csv"} and prov["old.csv"] == {"script": "x"}
     e = prov["new.csv"]
-    assert e["script"] == "analyses/ppc_scratchpad.py" and e["command"] == "python analyses/ppc_scratchpad.py --seeds '0 1'"
+    assert e["script"] == "analyses/p003_sparsity/ppc_scratchpad.py" and e["command"] == "python analyses/p003_sparsity/ppc_scratchpad.py --seeds '0 1'"
     assert e["machine"].startswith(("Linux", "Darwin", "Windows")) and "torch" in e["machine"] and e["commit"]
     assert common.record_provenance(tmp_path / "gone", t0, "x", []) == {}
 
 
 def test_a_script_run_records_its_tables(tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "analyses" / "embedding_cone.py"), "--quick", "--out", str(tmp_path)],
+    subprocess.run([sys.executable, str(ROOT / "analyses" / "p004_slash/embedding_cone.py"), "--quick", "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=ROOT)
     prov = json.loads((tmp_path / common.PROVENANCE).read_text())
     assert set(prov) == {p.name for p in tmp_path.glob("*.csv")} and prov
-    assert all(e["command"] == f"python analyses/embedding_cone.py --quick --out {tmp_path}" for e in prov.values())
+    assert all(e["command"] == f"python analyses/p004_slash/embedding_cone.py --quick --out {tmp_path}" for e in prov.values())
 
 
 def test_a_merged_table_keeps_the_provenance_of_its_runs(tmp_path):
@@ -62,7 +62,7 @@ def test_a_merged_table_keeps_the_provenance_of_its_runs(tmp_path):
         d.mkdir()
         (d / "copy.csv").write_text("a\n1\n")
         if seed == 0:
-            (d / common.PROVENANCE).write_text(json.dumps({"copy.csv": {"command": "python analyses/copy_2d_rope.py --seed 0"}}))
+            (d / common.PROVENANCE).write_text(json.dumps({"copy.csv": {"command": "python analyses/p000_copy/copy_2d_rope.py --seed 0"}}))
         runs.append(d)
     out = tmp_path / "out"
     out.mkdir()
@@ -70,11 +70,11 @@ def test_a_merged_table_keeps_the_provenance_of_its_runs(tmp_path):
     common.merge_sources(["copy.csv", "copy_loss.csv"], runs)
     try:
         (out / "copy.csv").write_text("a\n1\n1\n")
-        e = common.record_provenance(out, t0, str(ROOT / "analyses" / "copy_2d_rope.py"), ["--merge-from", *map(str, runs)])["copy.csv"]
+        e = common.record_provenance(out, t0, str(ROOT / "analyses" / "p000_copy/copy_2d_rope.py"), ["--merge-from", *map(str, runs)])["copy.csv"]
     finally:
         common._SOURCES.clear()
-    assert e["command"].startswith("python analyses/copy_2d_rope.py --merge-from")
-    assert e["sources"] == [{"folder": str(runs[0]), "command": "python analyses/copy_2d_rope.py --seed 0"},
+    assert e["command"].startswith("python analyses/p000_copy/copy_2d_rope.py --merge-from")
+    assert e["sources"] == [{"folder": str(runs[0]), "command": "python analyses/p000_copy/copy_2d_rope.py --seed 0"},
                             {"folder": str(runs[1]), "command": None}]
 
 

@@ -29,19 +29,19 @@ pytestmark = pytest.mark.slow
 
 # script -> the committed tables its quick mode writes (same file names)
 SCHEMA = {
-    "band_ablation.py": ["band_ablation_heads.csv", "band_ablation_table5.csv", "band_ablation_summary.csv", "band_ablation_causal.csv",
+    "p004_slash/band_ablation.py": ["band_ablation_heads.csv", "band_ablation_table5.csv", "band_ablation_summary.csv", "band_ablation_causal.csv",
                          "band_ablation_causal_prompts.csv"],
-    "key_norm_length.py": ["key_norm_length.csv"],
-    "copy_2d_rope_seeds.py": ["copy_2d_rope_seeds.csv", "copy_2d_rope_heads.csv", "copy_2d_rope_seeds_summary.csv"],
-    "ood_ratio.py": ["ood_ratio.csv", "ood_ratio_summary.csv"],
-    "compare_zoo.py": ["compare_zoo.csv", "compare_zoo_summary.csv"],
-    "frayed_rope.py": ["frayed_rope_summary.csv"],
-    "copy_2d_rope.py": ["copy.csv", "copy_summary.csv", "copy_loss.csv", "copy_attention.csv", "copy_atlas.csv",
+    "p001_frayed/key_norm_length.py": ["key_norm_length.csv"],
+    "p000_copy/copy_2d_rope_seeds.py": ["copy_2d_rope_seeds.csv", "copy_2d_rope_heads.csv", "copy_2d_rope_seeds_summary.csv"],
+    "p004_slash/ood_ratio.py": ["ood_ratio.csv", "ood_ratio_summary.csv"],
+    "atlas/compare_zoo.py": ["compare_zoo.csv", "compare_zoo_summary.csv"],
+    "p001_frayed/frayed_rope.py": ["frayed_rope_summary.csv"],
+    "p000_copy/copy_2d_rope.py": ["copy.csv", "copy_summary.csv", "copy_loss.csv", "copy_attention.csv", "copy_atlas.csv",
                        "copy_atlas_roles.csv"],
-    "ppc_scratchpad.py": ["ppc.csv", "ppc_summary.csv"],
-    "head_atlas.py": ["atlas_summary.csv", "atlas_roles.csv", "atlas_cooccurrence.csv"],
+    "p003_sparsity/ppc_scratchpad.py": ["ppc.csv", "ppc_summary.csv"],
+    "atlas/head_atlas.py": ["atlas_summary.csv", "atlas_roles.csv", "atlas_cooccurrence.csv"],
 }
-NEEDS = {"band_ablation.py": "smollm2-135m", "ood_ratio.py": "smollm2-135m", "compare_zoo.py": "smollm2-135m"}
+NEEDS = {"p004_slash/band_ablation.py": "smollm2-135m", "p004_slash/ood_ratio.py": "smollm2-135m", "atlas/compare_zoo.py": "smollm2-135m"}
 # committed tables written by an older version of their script, with the command that regenerates them; the schema
 # test xfails on these (and fails once they match, so the entry must then go)
 PENDING_REGEN: dict[str, str] = {}
@@ -73,7 +73,7 @@ def test_causal_nll_of_one_prompt_matches_the_committed_table():
     the committed deltas differ between bands by >= 5e-3 nats and their bootstrap intervals are wider than 2e-4."""
     import interp
 
-    ba = load_script(ANALYSES / "band_ablation.py")
+    ba = load_script(ANALYSES / "p004_slash/band_ablation.py")
     model = interp.load_model("smollm2-135m", device="cpu")
     p = interp.corpus.prompts(model, "pydoc", 8, 1024)
     from interp.experiments.ablation import band_variants
@@ -117,7 +117,7 @@ def test_key_norm_at_512_tokens_matches_the_committed_sweep():
     quoted values (5.57 / 16.9) are printed at 2-3 digits, and the length trend they show is 0.9 over 512..16384."""
     import interp
 
-    kn = load_script(ANALYSES / "key_norm_length.py")
+    kn = load_script(ANALYSES / "p001_frayed/key_norm_length.py")
     from interp.measures.base import kv_index
 
     model = interp.load_model("smollm2-135m", device="cpu")
@@ -146,7 +146,7 @@ def test_copier_seed_0_is_the_committed_copy_run():
 def test_loo_summary_is_the_summary_of_loo_csv():
     """leave_one_out.summarise on the committed per-window table gives the committed summary, bootstrap intervals
     included (same seeded computation: compared to 1e-9), and each interval contains its point estimate."""
-    mod = load_script(ANALYSES / "leave_one_out.py")
+    mod = load_script(ANALYSES / "p003_sparsity/leave_one_out.py")
     df = pd.read_csv(FIG / "loo.csv")
     ref = pd.read_csv(FIG / "loo_summary.csv").iloc[0]
     got = mod.summarise(df[df["model"] == ref["model"]].reset_index(drop=True)).iloc[0]
@@ -157,7 +157,7 @@ def test_loo_summary_is_the_summary_of_loo_csv():
 
 
 def test_dyck_layer_ablation_is_derived_from_the_counting_table():
-    mod = load_script(ANALYSES / "dyck_depth.py")
+    mod = load_script(ANALYSES / "p002_dyck/dyck_depth.py")
     got = mod.layer_ablation(pd.read_csv(FIG / "dyck_counting.csv")).round(4)
     ref = pd.read_csv(FIG / "dyck_layer_ablation.csv")
     assert list(got.columns) == list(ref.columns)
@@ -188,7 +188,7 @@ def test_variable_assignment_ppc_seed_0_lands_in_the_seed_spread():
     spread, not from this run."""
     import torch
 
-    mod = load_script(ANALYSES / "ppc_scratchpad.py")
+    mod = load_script(ANALYSES / "p003_sparsity/ppc_scratchpad.py")
     summ = pd.read_csv(FIG / "ppc_summary.csv")
     summ = summ[(summ.task == "va") & (summ.method == "ppc") & (summ.jump_or_depth == 2)].set_index("length_lo")
     threads = torch.get_num_threads()

@@ -19,7 +19,8 @@ a load change on the machine hits all of them alike), then times one more defaul
 norms, the taps) and the final tables (``heads``). Peak resident memory comes from one subprocess per mode (so
 each peak is its own). Prints the table with the ratios and writes ``figures/scan_speed.csv``,
 ``figures/scan_speed_phases.csv`` (one row per length and phase, seconds and share of the scan) and
-``figures/scan_speed.png``.
+``figures/scan_speed.png``; rows of other models (``--model``) already in the tables stay, rows of this model and these
+lengths are replaced.
 
     python analyses/benchmarks/scan_speed.py [--lengths 1024 2048 4096 8192] [--repeats 2] [--model smollm2-135m]
 """
@@ -36,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import track_outputs  # noqa: E402
+from _common import replace_rows, track_outputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIG = ROOT / "figures"
@@ -215,10 +216,15 @@ def main() -> None:
     print(f"\nmodel {args.model}; machine: {machine}\n")
     print(table.round(2).to_string())
     out.mkdir(parents=True, exist_ok=True)
-    table.assign(machine=machine, model=args.model).to_csv(out / "scan_speed.csv")
+    table = table.assign(machine=machine, model=args.model).reset_index()
     phases = pd.DataFrame(phase_rows).assign(model=args.model, machine=machine)
     print(phases.round(3).to_string(index=False))
-    phases.to_csv(out / "scan_speed_phases.csv", index=False)
+    for frame, name in ((table, "scan_speed.csv"), (phases, "scan_speed_phases.csv")):  # other models' rows stay
+        old = out / name
+        if old.exists() and "model" in pd.read_csv(old):
+            frame = replace_rows(pd.read_csv(old), frame, ["model", "n"] + (["phase"] if "phase" in frame else []))
+        frame.to_csv(out / name, index=False)
+    table = table.set_index("n")
     _plot(table, machine, args.model, out)
 
 

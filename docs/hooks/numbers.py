@@ -3,7 +3,7 @@
 - on_config: a nav entry written as a glob (``results/*.md``) becomes the sorted list of the pages that match, so
   a new ``docs/results/NAME.md`` appears in the nav without editing mkdocs.yml (its title is its first heading).
 - on_page_markdown: ``{{ num(...) }}`` / ``{{ rng(...) }}`` templates are filled from ``figures/*.csv`` by
-  ``interp.docs_numbers.render`` (a bad template stops the build with one line naming it).
+  ``interp.docs.numbers.render`` (a bad template stops the build with one line naming it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 
 from mkdocs.exceptions import PluginError
 
-from interp import docs_numbers
+from interp.docs import numbers as docs_numbers
 
 
 def _expand(items, docs_dir):

@@ -1,6 +1,6 @@
 """``scan``: run every prompt once through the model with its attention tapped, feeding every enabled measure.
 
-How it stays at forward-pass cost: the HF model runs with its attention calls tapped (``interp.hooks.taps``) and the
+How it stays at forward-pass cost: the HF model runs with its attention calls tapped (``interp.models.taps``) and the
 collector (``interp.engine.collector``) computes each layer's attention exactly once, in query blocks, returning
 ``P @ V`` to the model and reducing the same probabilities into the measures' sums; no ``[head, pos, pos]`` tensor is
 held. Pre-RoPE vectors are the post-RoPE ones with the model's own cos/sin tables undone (``interp.models.arch``). The decoder
@@ -21,7 +21,7 @@ from interp.engine.collector import Collector, check_engine, new_state
 from interp.engine.config import ScanConfig
 from interp.engine.result import ScanResult
 from interp.models import LoadedModel
-from interp.hooks.taps import attention_taps
+from interp.models.taps import attention_taps
 
 
 def scan(

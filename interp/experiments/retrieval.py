@@ -37,7 +37,7 @@ What differs here, and why:
 - no key positions are excluded (unlike the slash scores' sink positions 0..3): a head whose top-1 is a sink
   simply does not copy at that step.
 
-Attention at decode time is the model's own: ``interp.hooks.taps`` hands every layer's call, with the query
+Attention at decode time is the model's own: ``interp.models.taps`` hands every layer's call, with the query
 of the single new token ``[1, head, d_head]`` and the cached keys ``[K, kv_head, d_head]`` (post-RoPE). The
 probabilities are recomputed exactly for that one row (``decode_probs``: the model's scale and soft-cap, the
 GQA mapping ``h -> h // (n_heads / n_kv_heads)``, the sliding window; a sliding layer's cache holds only the
@@ -195,7 +195,7 @@ def greedy_decode(model, prompt: Int[torch.Tensor, "pos"], max_new_tokens: int, 
     token a step produces is the argmax of its logits. ``stop(token_id)`` ends the decode after that token.
 
     Args:
-        model: ``interp.models.LoadedModel`` (any family ``interp.hooks.taps`` covers).
+        model: ``interp.models.LoadedModel`` (any family ``interp.models.taps`` covers).
         prompt: ``[pos]`` token ids, at least 1.
         max_new_tokens: decode steps at most.
         top_k: positions kept per head and step.
@@ -205,7 +205,7 @@ def greedy_decode(model, prompt: Int[torch.Tensor, "pos"], max_new_tokens: int, 
         PromptError: empty prompt. ShapeError: a cache longer than the sequence (batch > 1 or padding).
         UnsupportedModelError: see ``interp.models.arch.family``.
     """
-    from interp.hooks.taps import AttentionCall, attention_taps
+    from interp.models.taps import AttentionCall, attention_taps
 
     prompt = torch.as_tensor(prompt, dtype=torch.long).flatten()
     if prompt.numel() < 1:

@@ -1,6 +1,6 @@
 """Capture pre- and post-RoPE queries and keys (and the values) of one prompt, and the model's own attention.
 
-Values are read at each layer's attention call (``interp.hooks.taps``), so capture works the same on every
+Values are read at each layer's attention call (``interp.models.taps``), so capture works the same on every
 covered family (``interp.models.arch``):
 
 - ``q_rot`` / ``k_rot``: what the model hands its attention function (post-RoPE, after any QK-norm and bias);
@@ -25,7 +25,7 @@ from jaxtyping import Float
 from interp.attention import attention_pattern, expand_kv
 from interp.errors import PromptError, ShapeError
 from interp.models import LoadedModel
-from interp.hooks.taps import AttentionCall, attention_taps
+from interp.models.taps import AttentionCall, attention_taps
 
 __all__ = ["Capture", "capture", "expand_kv", "verify_attention", "as_tokens"]
 

@@ -35,7 +35,7 @@ Per head (over a batch of prompts, query rows with at least two visible keys):
   ``detect`` also gives one row per layer with ``head = -1``: every head of the layer mean-ablated at once
   (``use`` of the layer), with the layer's mean ``uniformity``, ``r2`` and ``shape``.
 
-Works on any model interp can tap (``interp.hooks.taps``: q/k/v of each attention call, one prompt at a time).
+Works on any model interp can tap (``interp.models.taps``: q/k/v of each attention call, one prompt at a time).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import pandas as pd
 import torch
 
 from interp.attention import attention_pattern, expand_kv
-from interp.hooks.taps import AttentionCall, attention_taps
+from interp.models.taps import AttentionCall, attention_taps
 
 __all__ = ["uniformity", "balance_target", "partial_r2", "counting_scores", "head_activations", "forced_brackets",
            "head_means", "mean_ablated", "use_scores", "detect"]
@@ -139,7 +139,7 @@ def counting_scores(patterns: torch.Tensor, outputs: torch.Tensor, steps: torch.
 def head_activations(model, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per layer ``patterns [batch, head, pos, pos]`` and head ``outputs [batch, pos, head, d_head]`` (float32).
 
-    Recomputed from the q / k / v each attention call receives (``interp.hooks.taps``, one prompt at a time) with the
+    Recomputed from the q / k / v each attention call receives (``interp.models.taps``, one prompt at a time) with the
     call's scale, window and soft-cap, as ``interp.capture`` does; the model runs its own attention unchanged.
 
     Args:

@@ -208,7 +208,7 @@ def claim53_model(n: int, v: float | None = None) -> LabForCausalLM:
 def lab_policy(model: LabForCausalLM, vocab: Vocab = VOCAB, *, bos: bool = False) -> Policy:
     """``interp.lab.dyck.complete`` policy of a lab model over ``vocab``'s ``'('`` / ``')'`` tokens.
 
-    The prefix is fed as token ids (``<bos>`` first if ``bos``; trained models of ``analyses/dyck_depth.py``
+    The prefix is fed as token ids (``<bos>`` first if ``bos``; trained models of ``analyses/p002_dyck/dyck_depth.py``
     use it, the closed forms do not); returns the ``[batch, 2]`` logits of ``'('``, ``')'`` after each prefix.
     The whole buffer is run at once: causal attention keeps the tokens after a prefix from changing it.
     """

@@ -49,13 +49,13 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-# eager_attention_forward and rotate_half must be names of this module: interp.hooks.taps finds the eager
+# eager_attention_forward and rotate_half must be names of this module: interp.models.taps finds the eager
 # attention of a layer, and interp.models.arch its pairing, in the module that defines the attention class.
 from transformers.models.llama.modeling_llama import (  # noqa: F401
     LlamaMLP, LlamaRMSNorm, apply_rotary_pos_emb, eager_attention_forward, rotate_half,
 )
 
-from interp import arch
+from interp.models import arch
 from interp.rope import RopeSpec, default_inv_freq
 from interp.rope.variants import PartialRope, RopeID, positions_2d
 
@@ -183,7 +183,7 @@ class LabRotary(nn.Module):
 
 
 class LabAttention(nn.Module):
-    """Multi-head causal self-attention through transformers' attention interface (what ``interp.hooks.taps`` taps).
+    """Multi-head causal self-attention through transformers' attention interface (what ``interp.models.taps`` taps).
 
     Shapes: hidden ``[batch, pos, d_model]`` -> q, k, v ``[batch, head, pos, head_dim]`` -> output
     ``[batch, pos, d_model]``. Scale ``1 / sqrt(d_model / n_heads)``, times the length temperature of a

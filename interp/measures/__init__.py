@@ -20,8 +20,8 @@ MInference's estimate, distant mass; StreamingLLM, MInference, DuoAttention), ``
 key token id, a count-min sketch; no columns), ``maps`` (average attention of the first
 positions; no columns), ``variants`` (counterfactual RoPE variants; 004 Table 5; no columns of its own).
 
-Modules outside the scan's registry (whole-capture or weight analyses): ``interp.stats.projection`` (PCA snapshot),
-``interp.stats.embedding_cone`` (layer-0 embedding cone), ``interp.rope.clouds`` (closed-form rotated clouds).
+Modules outside the scan's registry (whole-capture or weight analyses): ``interp.experiments.projection`` (PCA snapshot),
+``interp.experiments.embedding_cone`` (layer-0 embedding cone), ``interp.rope.clouds`` (closed-form rotated clouds).
 """
 
 from __future__ import annotations

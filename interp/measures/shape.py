@@ -47,7 +47,7 @@ log-sum-exp (``interp.attention.row_probs`` / ``column_probs``: ``A[i, j] = exp(
   A prompt of ``N <= S + W`` tokens (68 at the floors below) has no query with a distant key: it is left out of the
   mean (``distant_mass`` is the mean over the prompts that have one), and with no such prompt ``distant_mass`` is NaN
   and no head is streaming (a 0 there would label every head streaming).
-  Default threshold 0.3: on the zoo (8 pydoc prompts x 1024 tokens, ``analyses/shape_zoo.py``,
+  Default threshold 0.3: on the zoo (8 pydoc prompts x 1024 tokens, ``analyses/atlas/shape_zoo.py``,
   ``figures/shape_zoo_summary.csv``) the distribution is not bimodal (a peak of local / sink heads near 0, then a
   broad spread); Otsu's cut is 0.32 (SmolLM2-135M), 0.28 (Gemma-3-270M), 0.26 (Qwen2.5-Coder-0.5B),
   0.285 pooled, rounded to 0.3 (mlx-lm's ``min_distant_ratio`` is 0.35). At 0.3, 60% of the zoo's heads are

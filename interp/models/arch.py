@@ -1,6 +1,6 @@
 """Architecture adapters: where a Hugging Face RoPE decoder keeps its attention layers and RoPE.
 
-Everything interp measures is read at the attention call itself (``interp.hooks.taps``): post-RoPE queries
+Everything interp measures is read at the attention call itself (``interp.models.taps``): post-RoPE queries
 and keys as the model passes them to its attention function, with the scale, sliding window and
 soft-cap it passes. What differs between families is small and lives here:
 
@@ -79,7 +79,7 @@ def register_family(fam: Family) -> None:
     """Add a family (e.g. ``interp.lab``'s decoder) so that ``family`` and the loaders know its model types.
 
     Idempotent for the same family; its modeling module must call transformers' attention interface with
-    ``position_embeddings=(cos, sin)`` like the listed families (``interp.hooks.taps``).
+    ``position_embeddings=(cos, sin)`` like the listed families (``interp.models.taps``).
 
     Raises:
         ValueError: one of its model types already belongs to another family.

@@ -20,7 +20,7 @@ class ModelCard:
     """What a measurement needs to know about a model, read from its config and from one probe forward.
 
     ``n_heads``, ``n_kv_heads``, ``d_head``, ``attn_scale``, ``sliding_window`` and ``softcap`` are what
-    the model actually passes to its attention function (``interp.hooks.taps``), per layer where they vary
+    the model actually passes to its attention function (``interp.models.taps``), per layer where they vary
     (Gemma mixes local and global layers). ``pairing`` is the RoPE channel pairing (``interp.rope``):
     ``"rotate_half"`` (channel i with i + d_head/2), ``"interleaved"`` (2l with 2l+1) or
     ``"rotate_half:R"`` (partial rotary); ``rotary_dim`` is how many channels rotate (``rotary_fraction`` =
@@ -84,8 +84,8 @@ def rope_theta_per_layer(config) -> list[float]:
 
 
 def _probe(hf_model: torch.nn.Module) -> list:
-    """Run two tokens through the model and return every layer's ``interp.hooks.taps.AttentionCall``."""
-    from interp.hooks.taps import attention_taps
+    """Run two tokens through the model and return every layer's ``interp.models.taps.AttentionCall``."""
+    from interp.models.taps import attention_taps
 
     calls = []
     with torch.inference_mode(), attention_taps(hf_model, lambda c: calls.append(c)):

@@ -1,6 +1,6 @@
 """Plotly views of the PCA snapshot (paper 001 Fig. 3) and the layer-0 embedding cone (paper 004 Figs. 12, 13).
 
-They read results only: ``interp.stats.projection.PcaSnapshot`` and ``interp.stats.embedding_cone.embedding_cone_table``.
+They read results only: ``interp.experiments.projection.PcaSnapshot`` and ``interp.experiments.embedding_cone.embedding_cone_table``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from interp.stats.projection import PcaSnapshot
+from interp.experiments.projection import PcaSnapshot
 
 __all__ = ["pca_snapshot_figure", "embedding_cone_figure"]
 

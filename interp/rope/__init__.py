@@ -350,3 +350,10 @@ def rotate_variant(
 
 
 from interp.rope import variants as _variants  # noqa: E402,F401  registers the variants that saved scans may name
+
+__all__ = [
+    "angles", "band_ablation", "band_ablations", "band_planes", "BANDS", "default_inv_freq", "PAIRINGS",
+    "partial_pairing", "plane_channels", "plane_norms", "PlaneAblation", "register_variant", "RopeSpec",
+    "RopeVariant", "rotate", "rotate_half_of", "rotate_variant", "unrotate_tables", "variant_from_dict",
+    "variant_to_dict",
+]

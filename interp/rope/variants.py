@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Float
 
 from interp.errors import ShapeError
-from interp.rope import VARIANT_KEYWORDS, RopeSpec, RopeVariant, register_variant
+from interp.rope import VARIANT_KEYWORDS, RopeSpec, RopeVariant, angles, register_variant
 
 # --------------------------------------------------------------------------------------------
 # More variants (issue 7, item 4): partial / p-RoPE / RoPE-ID / PI / YaRN / 2D-RoPE / causal ablations
@@ -399,6 +399,35 @@ class ShuffledRope(RopeVariant):
         return _linear_angles(self.frequencies(spec), positions)
 
 
+@dataclass(frozen=True)
+class ShuffledPositions(RopeVariant):
+    """The layer's own rotation at permuted positions: token ``i`` is rotated as if it sat at position ``pi(i)``.
+
+    A null for the positional head roles (not from a paper): the text, the causal mask and the frequencies stay, only
+    the positions RoPE encodes are shuffled, so a head that finds the previous token (or any fixed lag) through RoPE
+    loses it while a head that follows content keeps it (``analyses/atlas/atlas_null.py --null positions``).
+    ``pi = torch.randperm(n_pos, generator=manual_seed(seed))`` over the positions of the forward, fixed per (seed, n_pos).
+
+    Attributes:
+        seed: the permutation's seed (>= 0).
+
+    Raises:
+        ValueError: negative or non-integer seed.
+    """
+
+    seed: int = 0
+    name: str = field(default="", kw_only=True)
+
+    def __post_init__(self):
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise ValueError(f"ShuffledPositions: seed must be an integer >= 0, got {self.seed!r}")
+        _name_default(self, f"shuffled-positions{self.seed}")
+
+    def angles(self, spec, positions, tokens=None):
+        perm = torch.randperm(positions.numel(), generator=torch.Generator().manual_seed(self.seed)).to(positions.device)
+        return angles(spec, positions.reshape(-1)[perm].reshape(positions.shape))
+
+
 def positions_2d(tokens: torch.Tensor, newline_ids) -> torch.Tensor:
     """``[pos, 2]`` int64 (row, column) of every token, paper 000 Sec. 4.1 (2D position IDs).
 
@@ -511,6 +540,7 @@ register_variant(PositionInterpolation, "pi")
 register_variant(Yarn, "yarn")
 register_variant(ScaledRope, "scaled")
 register_variant(ShuffledRope, "shuffled", int)
+register_variant(ShuffledPositions, "shuffled-positions", int)
 register_variant(Rope2D)
 
 
@@ -518,8 +548,8 @@ def parse_variant(spec: str) -> RopeVariant:
     """A variant from a short text, as the command line takes it: ``KIND[:VALUE]``.
 
     Kinds: ``partial:F`` (``PartialRope``, rotate the highest-frequency fraction F), ``p-rope:F`` (``PRope``, drop the
-    lowest fraction F), ``rope-id`` (``RopeID``), ``pi:FACTOR``, ``yarn:FACTOR``, ``scaled:FACTOR``, ``shuffled:SEED``;
-    without a value each class's default is used.
+    lowest fraction F), ``rope-id`` (``RopeID``), ``pi:FACTOR``, ``yarn:FACTOR``, ``scaled:FACTOR``, ``shuffled:SEED``,
+    ``shuffled-positions:SEED``; without a value each class's default is used.
 
     Raises:
         ValueError: an unknown kind or a value that is not a number (the message lists the kinds).

@@ -207,3 +207,30 @@ def test_row_products_are_empty_unless_asked_for():
     # the other reductions do not change (up to float rounding: the threads' per-lag partial sums are added in the
     # order the dynamic OpenMP schedule hands out tiles)
     torch.testing.assert_close(lean[1], got[1], rtol=1e-6, atol=1e-6)
+
+
+@needs_kernel
+@settings(max_examples=25, deadline=None)
+@given(**SHAPES, rows=st.integers(1, 40), key=st.sampled_from([0, 1, 3]))
+def test_key_weight_rows_equals_the_full_pattern(n, kv, group, d, block, window, softcap, seed, rows, key):
+    """The kernel's sampled-row weights on one key (the scan's default pre-RoPE counterfactual) are the pattern's
+    entries ``A[h, rows, key]``, computed from the materialised pattern; 0 where the key is masked."""
+    from interp.attention import stratified_rows
+
+    g = torch.Generator().manual_seed(seed)
+    H = kv * group
+    q, k = torch.randn(n, H, d, generator=g) * 3, torch.randn(n, kv, d, generator=g) * 3
+    r, _ = stratified_rows(n, rows, seed)
+    got = kernels.key_weight_rows(q, k, r, d**-0.5, window, softcap, key=key)
+    A = attention_pattern(q, k, d**-0.5, window, softcap)  # [head, q_pos, k_pos]
+    want = A[:, r, key] if key < n else torch.zeros(H, len(r))
+    torch.testing.assert_close(got.double(), want.double(), atol=1e-5, rtol=0)
+
+
+@needs_kernel
+def test_key_weight_rows_refuses_unsorted_rows_and_bad_shapes():
+    q, k = torch.randn(10, 4, 8), torch.randn(10, 2, 8)
+    with pytest.raises(RuntimeError, match="sorted"):
+        kernels.key_weight_rows(q, k, torch.tensor([5, 2]), 0.3, None, None)
+    with pytest.raises(ShapeError):
+        kernels.key_weight_rows(q, torch.randn(10, 3, 8), torch.tensor([1, 2]), 0.3, None, None)

@@ -10,7 +10,7 @@ from interp.attention import attention_pattern, expand_kv
 from interp.hooks.capture import capture
 from interp.engine import ScanConfig, ScanResult, merge_results, scan
 from interp.engine.collector import Collector, new_state
-from interp.hooks.taps import attention_taps
+from interp.models.taps import attention_taps
 from interp.measures import Measure, cone, slash
 from interp.measures.variants import variant_sink_weight
 from tests.conftest import random_tokens

@@ -10,7 +10,7 @@ from interp.engine import ScanConfig
 from interp.experiments.massive import destruction, massive_channels, random_channels
 from tests.conftest import load_script, random_tokens
 
-SCRIPT = Path(__file__).resolve().parents[2] / "analyses" / "massive_values.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "analyses" / "atlas/massive_values.py"
 
 
 def test_random_control_draws_as_many_other_channels():

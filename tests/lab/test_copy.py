@@ -311,7 +311,7 @@ def test_copy_shares_on_patterns_with_known_answers():
 
 
 def test_quick_copy_analysis_writes_its_table(tmp_path):
-    df = load_script(ANALYSES / "copy_2d_rope.py").main(["--quick", "--out", str(tmp_path)])
+    df = load_script(ANALYSES / "p000_copy/copy_2d_rope.py").main(["--quick", "--out", str(tmp_path)])
     assert list(df.columns[:7]) == ["pe", "layers", "distribution", "length_lo", "length_hi", "exact_match", "seed"]
     assert {"train_distribution", "steps", "final_hi"} <= set(df.columns)
     assert set(df["distribution"]) == set(DISTRIBUTIONS)
@@ -330,7 +330,7 @@ def test_quick_copy_analysis_writes_its_table(tmp_path):
     # the saved 2-layer RoPE copier reloads to the same model: its atlas from --atlas equals the one written in training
     atlas = pd.read_csv(tmp_path / "copy_atlas.csv")
     assert len(atlas) == 2 * 2 and {"role", "rr_induction_score", "prev_token_score"} <= set(atlas.columns)
-    again = load_script(ANALYSES / "copy_2d_rope.py").main(["--quick", "--atlas", str(tmp_path / "copy_rope2_model"),
+    again = load_script(ANALYSES / "p000_copy/copy_2d_rope.py").main(["--quick", "--atlas", str(tmp_path / "copy_rope2_model"),
                                                             "--out", str(tmp_path / "again")])
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "copy_atlas.csv"), atlas)
     assert len(again) == len(atlas)

@@ -266,7 +266,7 @@ def test_mean_ablation_replaces_the_head_output_and_restores_the_model():
 
 
 def test_quick_analysis(tmp_path):
-    df = load_script(ROOT / "dyck_depth.py").main(["--quick", "--out", str(tmp_path)])
+    df = load_script(ROOT / "p002_dyck/dyck_depth.py").main(["--quick", "--out", str(tmp_path)])
     assert {"model", "train_depth", "test_set", "decoding", "accuracy"} <= set(df.columns)
     assert set(df.test_set) == {"depth<=q", "depth>=9", "depth>=13", "all-open16"} and set(df.decoding) == {"greedy", "sampled"}
     assert {"seed", "width"} <= set(df.columns) and set(df.width.dropna()) == {32, 8}

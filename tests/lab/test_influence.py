@@ -12,7 +12,7 @@ from interp.lab.influence import (attention_keep_mask, dropped_logits, far_token
 from interp.models import is_installed, load_model
 from tests.conftest import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "analyses" / "leave_one_out.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "analyses" / "p003_sparsity/leave_one_out.py"
 BOS = 256  # tiny models' BOS id
 
 

@@ -253,7 +253,7 @@ def test_generation_matches_teacher_forcing(plain):
 # ---------------------------------------------------------------- the analysis script, quick mode
 
 def test_quick_sparse_parity_script(tmp_path):
-    a = load_script(ROOT / "analyses" / "sparse_parity.py").main(["--quick", "--out", str(tmp_path)])
+    a = load_script(ROOT / "analyses" / "p003_sparsity/sparse_parity.py").main(["--quick", "--out", str(tmp_path)])
     assert list(pd_read(tmp_path / "sparse_parity.csv").columns) == ["k_train", "k_test", "length_lo", "length_hi", "accuracy", "seed"]
     assert a.accuracy.between(0, 1).all() and set(a.seed) == {0}
     assert (a.length_lo <= a.length_hi).all() and (a.k_test < a.length_lo / 2).all()  # k < l in every bin

@@ -1,5 +1,5 @@
 """The byte-level text task and passkey probe (interp.lab.text_lm), RoPE-ID's rescaled wavelengths and the length
-temperature of the lab model, and analyses/rope_id_lm.py in quick mode."""
+temperature of the lab model, and analyses/p001_frayed/rope_id_lm.py in quick mode."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def test_temperature_is_one_within_its_length():
 
 
 def test_quick_rope_id_lm(tmp_path):
-    df = load_script(ANALYSES / "rope_id_lm.py").main(["--quick", "--out", str(tmp_path)])
+    df = load_script(ANALYSES / "p001_frayed/rope_id_lm.py").main(["--quick", "--out", str(tmp_path)])
     assert set(df.pe) == {"rope", "partial", "rope-id", "rope-id+temp", "nope"} and set(df.eval_length) == {32, 64}
     assert {"pe", "seed", "train_length", "eval_length", "nll", "passkey_acc", "fsv_ratio_k", "silhouette_rot", "sink_weight"} <= set(df)
     assert df.passkey_acc.between(0, 1).all() and np.isfinite(df.nll).all()

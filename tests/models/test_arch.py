@@ -177,7 +177,7 @@ def test_a_model_without_rope_gets_a_clear_error():
 
 def test_the_scan_leaves_the_models_output_unchanged(model):
     from interp.engine.collector import Collector as _Collector, new_state
-    from interp.hooks.taps import attention_taps
+    from interp.models.taps import attention_taps
 
     toks = random_tokens(45, seed=7)[None]
     impl = model.hf.config._attn_implementation

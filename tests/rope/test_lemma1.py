@@ -18,7 +18,7 @@ from interp.rope.clouds import rank1_rotated_gram, rotate64
 from interp.measures import spectrum
 from tests.conftest import random_tokens
 
-SCRIPT = Path(__file__).resolve().parents[2] / "analyses" / "lemma1_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "analyses" / "p001_frayed/lemma1_check.py"
 
 
 def _alpha_numpy(x: np.ndarray, pairing: str) -> np.ndarray:

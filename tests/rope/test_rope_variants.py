@@ -355,7 +355,7 @@ def test_quick_fig7_script(tmp_path):
 
     if not is_installed("smollm2-135m"):
         pytest.skip("smollm2-135m not installed")
-    path = Path(__file__).resolve().parents[2] / "analyses" / "rope_variants_fig7.py"
+    path = Path(__file__).resolve().parents[2] / "analyses" / "p001_frayed/rope_variants_fig7.py"
     spec = importlib.util.spec_from_file_location("rope_variants_fig7", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -412,3 +412,22 @@ def test_one_variant_registry_serves_loading_and_the_command_line():
         register_variant(PartialRope, "partial2")
     with pytest.raises(ValueError, match="already registered"):
         register_variant(type("Other", (PartialRope,), {}), "partial")
+
+
+def test_shuffled_positions_are_the_models_own_tables_at_permuted_positions():
+    """``ShuffledPositions(seed)``: the cos/sin tables the causal intervention installs equal the model's own rotary
+    embedding evaluated at ``randperm(n, seed)`` (so only the positions RoPE encodes change), and it parses by name."""
+    import interp
+    from interp.hooks.intervene import variant_tables
+    from interp.models.arch import rope_specs
+    from interp.rope.variants import ShuffledPositions, parse_variant
+
+    m = interp.load_model("tiny-llama", device="cpu")
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(4))
+    c, s = variant_tables(rope_specs(m.hf)[0], ShuffledPositions(4), torch.arange(12), None)
+    rc, rs = m.hf.model.rotary_emb(torch.zeros(1, 12, 4), perm[None])
+    torch.testing.assert_close(c, rc[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(s, rs[0], rtol=0, atol=1e-6)
+    assert parse_variant("shuffled-positions:4") == ShuffledPositions(4)
+    with pytest.raises(ValueError, match="seed"):
+        ShuffledPositions(-1)

@@ -170,3 +170,24 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
                                                  int(block), int(skip), int(map_size), t(q_pre), t(k_pre), inp_pairing is not None,
                                                  None if tokens is None else tokens.to("cpu", torch.long), bool(lse), bool(entropy),
                                                  bool(key_mass))
+
+
+def key_weight_rows(q, k, rows, scale: float, window: int | None, softcap: float | None, key: int = 0) -> torch.Tensor:
+    """``A[h, rows[r], key]`` for a sample of query rows, each normalised over its whole visible row (causal, window,
+    soft-cap as the model); the fused twin of ``interp.attention.key_weight_rows`` (same values to float32 rounding,
+    about 3x faster on a CPU: one product per chunk of rows and kv head, one exp-sum per row). Call only when
+    ``available()``.
+
+    Args:
+        q: ``[pos, head, d_head]`` float32 CPU queries (only the sampled rows are read); k: ``[pos, kv_head, d_head]``.
+        rows: ``[row]`` int64 query positions, sorted (``interp.attention.stratified_rows`` gives them sorted).
+
+    Returns:
+        ``[head, row]`` float32, 0 where the key is masked for that row.
+
+    Raises:
+        ShapeError: q, k not ``[pos, head|kv_head, d_head]``; RuntimeError: rows unsorted or out of range.
+    """
+    check_qk(q, k)
+    rows = rows.to("cpu", torch.long)
+    return torch.ops.interp_kernels.key_weight_rows(q[rows], k, rows, float(scale), int(window or 0), float(softcap or 0.0), int(key))

@@ -372,6 +372,76 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
   return {out, lag, sink, map, sink_pre, inp_signed, inp_abs, token_match, lse, entropy, key_mass};
 }
 
+// Attention of the query rows `rows` (sorted) to one key, each row normalised over its whole visible row:
+// out[h, r] = A[h, rows[r], key] (0 where the key is masked). The scan's default pre-RoPE counterfactual weight on
+// key 0 reads a few hundred stratified rows (interp.attention.key_weight_rows is the reference); here each
+// (kv head, chunk of rows) item is one product of the chunk's queries (all query heads of the kv head) with the keys
+// up to the chunk's last row, then one exp-sum per row, with no max pass: 1 / sum_m exp(x_m - x_key) (as sink_pre).
+// Layouts as the model gives them: q_rows [row, head, d] (the sampled rows' queries), k [pos, kv_head, d].
+Tensor key_weight_rows(const Tensor& q_in, const Tensor& k_in, const Tensor& rows_in, double scale, int64_t window,
+                       double softcap, int64_t key) {
+  TORCH_CHECK(q_in.dim() == 3 && k_in.dim() == 3, "q_rows [row,head,d], k [pos,kv_head,d] expected");
+  const int64_t H = q_in.size(1), D = q_in.size(2), N = k_in.size(0), KV = k_in.size(1);
+  TORCH_CHECK(KV > 0 && H % KV == 0 && k_in.size(2) == D, "shape mismatch: q_rows [row,head,d], k [pos,kv_head,d]");
+  TORCH_CHECK(q_in.scalar_type() == at::kFloat && k_in.scalar_type() == at::kFloat && q_in.device().is_cpu() && k_in.device().is_cpu(),
+              "float32 CPU tensors expected");
+  TORCH_CHECK(rows_in.dim() == 1 && rows_in.device().is_cpu(), "rows must be [row] on the CPU");
+  const Tensor rows = rows_in.to(at::kLong).contiguous();
+  const int64_t R = rows.size(0), G = H / KV;
+  TORCH_CHECK(q_in.size(0) == R, "q_rows must have one row per entry of rows");
+  const int64_t* rp = rows.data_ptr<int64_t>();
+  for (int64_t r = 0; r < R; ++r)
+    TORCH_CHECK(rp[r] >= 0 && rp[r] < N && (r == 0 || rp[r] >= rp[r - 1]), "rows must be sorted positions in [0, pos)");
+  Tensor out = at::zeros({H, R}, at::TensorOptions().dtype(at::kFloat));
+  if (R == 0 || key < 0 || key >= N) return out;
+  const Tensor q = q_in.contiguous(), k = k_in.contiguous();
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  constexpr int64_t kChunk = 16;
+  const int64_t n_chunks = (R + kChunk - 1) / kChunk, n_items = KV * n_chunks;
+  const int n_threads = std::max(1, at::get_num_threads());
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  std::vector<Tensor> qbufs, sbufs;
+  for (int i = 0; i < n_threads; ++i) {
+    qbufs.push_back(at::empty({G * kChunk * D}, f32));
+    sbufs.push_back(at::empty({G * kChunk * N}, f32));
+  }
+  const float sc = static_cast<float>(scale);
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+  for (int64_t item = n_items - 1; item >= 0; --item) {  // late chunks see more keys: start with them
+    const int tid = omp_get_thread_num();
+    const int64_t g = item / n_chunks, r0 = (item % n_chunks) * kChunk, r1 = std::min(R, r0 + kChunk), B = r1 - r0;
+    const int64_t hi = rp[r1 - 1] + 1;                                     // keys [k0, hi) cover every row of the chunk
+    const int64_t k0 = window > 0 ? std::max<int64_t>(0, rp[r0] - window + 1) : 0;
+    if (key >= hi || key < k0) continue;  // the key is masked for every row of the chunk
+    const int64_t C = hi - k0;
+    float* qbuf = qbufs[tid].data_ptr<float>();
+    float* s = sbufs[tid].data_ptr<float>();
+    for (int64_t t = 0; t < G; ++t)
+      for (int64_t b = 0; b < B; ++b) {
+        const float* src = qp + ((r0 + b) * H + g * G + t) * D;
+        float* dst = qbuf + (t * B + b) * D;
+        for (int64_t x = 0; x < D; ++x) dst[x] = src[x] * sc;
+      }
+    Tensor qt = at::from_blob(qbuf, {G * B, D}, f32);
+    Tensor kt = at::from_blob(const_cast<float*>(kp) + (k0 * KV + g) * D, {C, D}, {KV * D, 1}, f32);
+    Tensor st = at::from_blob(s, {G * B, C}, f32);
+    at::mm_out(st, qt, kt.t());
+    if (softcap > 0) st.div_(softcap).tanh_().mul_(softcap);
+    for (int64_t t = 0; t < G; ++t)
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t i = rp[r0 + b];
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;  // visible keys [lo, i]
+        if (key < lo || key > i) continue;
+        float* x = s + (t * B + b) * C;
+        op[(g * G + t) * R + r0 + b] = 1.f / row_exp<false>(x, lo - k0, i + 1 - k0, x[key - k0]);
+      }
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(interp_kernels, m) {
@@ -380,4 +450,6 @@ TORCH_LIBRARY(interp_kernels, m) {
       "int map_size, Tensor? q_pre, Tensor? k_pre, bool inp=False, Tensor? tokens=None, bool lse=False, bool entropy=False, "
       "bool key_mass=False) -> Tensor[]");
   m.impl("stream_layer", c10::DispatchKey::CPU, &stream_layer);
+  m.def("key_weight_rows(Tensor q, Tensor k, Tensor rows, float scale, int window, float softcap, int key) -> Tensor");
+  m.impl("key_weight_rows", c10::DispatchKey::CPU, &key_weight_rows);
 }

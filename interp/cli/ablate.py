@@ -1,0 +1,93 @@
+"""``interp ablate``: frequency band ablation (paper 004 Table 5, Fig. 8), counterfactual and with ``--causal`` in the
+model itself. Options and outputs: ``interp ablate --help``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+from interp.cli.common import (
+    ADDRESS, CORPUS, DEVICE, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS, WORKERS, app,
+    check_engine, check_measures, check_paths, console, fail, int_list, plural, show_table,
+)
+from interp.errors import InterpError
+
+
+@app.command()
+def ablate(
+    model: str = MODEL,
+    corpus: str = CORPUS,
+    prompts: int = PROMPTS,
+    tokens: int = TOKENS,
+    seed: int = SEED,
+    repeats: int = REPEATS,
+    measure: List[str] = MEASURE,
+    out: Path = typer.Option(Path("out/ablate"), help="output folder (created; band_ablation.csv, heads.csv, report.html, state/ go in it)"),
+    n_remove: int = typer.Option(6, help="planes left unrotated per band (paper 004: 6)"),
+    planes: Optional[str] = typer.Option(None, help="also ablate this set of planes, e.g. 0,1,2 (named 'custom')"),
+    variant: List[str] = typer.Option([], help="also any RoPE variant: partial:F, p-rope:F, rope-id, pi:X, yarn:X, scaled:X, shuffled:SEED (repeatable)"),
+    all_heads: bool = typer.Option(False, "--all-heads", help="band_ablation.csv for every head, not only the SDHs"),
+    causal: bool = typer.Option(False, "--causal", help="also run the model itself with each band unrotated (NLL, downstream changes)"),
+    layers: Optional[str] = typer.Option(None, help="layers of the causal ablation, e.g. 0,1,2 (default all)"),
+    block_size: int = typer.Option(32, help="queries per attention block"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    engine: str = ENGINE,
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
+) -> None:
+    """Frequency band ablation (paper 004 Table 5, Fig. 8): slash scores with high / medium / low planes unrotated.
+
+    Writes band_ablation.csv (layer, head, delta, original, wo_high, wo_medium, wo_low, ratios), the scan's
+    outputs (heads.csv, report.html with a frequencies section, state/), and with --causal causal_ablation.csv
+    (band, layers, nll_original, nll, delta_nll) and causal_heads.csv (per-head slash and sink changes).
+    """
+    check_measures(measure)
+    t_start = time.perf_counter()
+    extra = {"custom": int_list(planes, "--planes", "0,1,2", allow_all=False)} if planes else None
+    chosen = int_list(layers, "--layers", "0,1,2")
+    check_paths(out, writes="band_ablation.csv, heads.csv, report.html, state/", model=model)
+    check_engine(engine, device)
+
+    from interp import corpus as corpus_mod
+    from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
+    from interp.engine.executor import ModelSpec, run_sharded
+    from interp.rope.variants import parse_variant
+    from interp.models import load_model
+    from interp.report.bundle import write_csv, write_outputs
+    from interp.engine import ScanConfig
+    from interp.engine.config import switch_on
+
+    try:
+        with console.status(f"loading {model}"):
+            m = load_model(model, device=device, dtype=dtype)
+        variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + tuple(parse_variant(v) for v in variant)
+        cfg = switch_on(ScanConfig(block_size=block_size, variants=variants, inp=True), measure)
+        p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)
+        result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers, address=address,
+                             model=m, progress=True, meta={"corpus": corpus, "seed": seed})
+        cause, t_causal = None, time.perf_counter()
+        if causal:
+            cause = causal_ablation(m, p, variants, chosen, cfg, progress=True, baseline=result)
+        t_causal = time.perf_counter() - t_causal
+    except (InterpError, ValueError) as err:
+        fail(err)
+    heads = write_outputs(result, out, causal=cause.summary if cause is not None else None, tokenizer=m.tokenizer)
+    table = band_ablation_table(result, heads, all_heads)
+    write_csv(table, out / "band_ablation.csv")
+    summary = ratio_summary(band_ablation_table(result, heads))
+    write_csv(summary, out / "band_ablation_summary.csv")
+    show_table(summary, f"Slash score at each SDH's lag, ablated / original ({int(heads['is_sdh'].sum())} SDHs)", list(summary.columns), 10)
+    if cause is not None:
+        write_csv(cause.summary, out / "causal_ablation.csv")
+        write_csv(cause.heads, out / "causal_heads.csv")
+        show_table(cause.summary, "Causal ablation: mean next-token NLL (nats)", list(cause.summary.columns), 10)
+    causal_s = f", causal ablation {t_causal:.1f} s" if cause is not None else ""
+    console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, scan with "
+                  f"{plural(len(variants), 'counterfactual variant')} {result.meta['seconds']:.1f} s{causal_s}, "
+                  f"total {time.perf_counter() - t_start:.1f} s wall; wrote {out}/band_ablation.csv and {out}/report.html", soft_wrap=True)

@@ -1,0 +1,93 @@
+"""``interp atlas``: the head atlas (text, repeated-random and optionally needle passes; every head's roles). Options
+and outputs: ``interp atlas --help``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from interp.cli.common import (
+    DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_engine, check_paths, console, fail, float_list,
+    int_list, show_table,
+)
+from interp.errors import InterpError
+
+
+@app.command()
+def atlas(
+    model: str = MODEL,
+    corpus: str = typer.Option("pydoc", help="text corpus of the text pass: pydoc | stdlib"),
+    prompts: int = PROMPTS,
+    tokens: int = TOKENS,
+    seed: int = SEED,
+    repeats: int = typer.Option(2, help="copies of r in the repeated-random pass (2: TransformerLens' induction test; RazorAttention: 4)"),
+    out: Path = typer.Option(Path("out/atlas"), help="output folder (created; atlas.csv, atlas.html, heads.csv, report.html, state/ go in it)"),
+    ablate: bool = typer.Option(False, "--ablate", help="also each role's score without the high / medium / low RoPE band (counterfactual, same pass)"),
+    n_remove: int = typer.Option(6, help="planes left unrotated per band with --ablate (paper 004: 6)"),
+    inp: bool = typer.Option(True, "--inp/--no-inp", help="per-plane InP in the text pass (role against band use; ~+50%% time)"),
+    retrieval: bool = typer.Option(False, "--retrieval", help="also the retrieval pass (needle-in-a-haystack decoding, Wu et al.)"),
+    lengths: str = typer.Option("256,512,1024", help="retrieval pass: prompt lengths in tokens, comma-separated"),
+    depths: str = typer.Option("0.1,0.3,0.5,0.7,0.9", help="retrieval pass: needle depths, fractions of the haystack"),
+    block_size: int = typer.Option(32, help="queries per attention block"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    engine: str = ENGINE,
+    support: int = typer.Option(0, help="bootstrap resamples of the prompts for each head's role support (support_<role> "
+                                 "columns: the share of resamples in which the head holds the role); 0: off"),
+    top: int = typer.Option(8, help="heads shown per role"),
+) -> None:
+    """Head atlas: what every head does. Runs a text pass and a repeated-random pass of the same size (and with --retrieval
+    the needle-in-a-haystack pass) and labels every head: SDH, sink, previous-token, duplicate-token, induction, echo,
+    streaming, retrieval. Writes atlas.csv (one row per head, every score, role flags; text-pass token scores
+    prev_token_score, duplicate_token_score, induction_score; repeated-random rr_prev_token_score,
+    rr_duplicate_token_score, rr_induction_score, rr_echo_score; with --support N, support_<role>: the share of N
+    bootstrap resamples of the prompts in which the head holds the role), atlas_roles.csv, atlas_cooccurrence.csv,
+    atlas_ablation.csv (--ablate), atlas.html, and the text pass's heads.csv, report.html and state/.
+    """
+    t_start = time.perf_counter()
+    from interp.experiments.atlas import check_text_corpus
+
+    try:
+        check_text_corpus(corpus)
+    except InterpError as err:
+        fail(err)
+    ret_cfg = None
+    if retrieval:
+        from interp.experiments.retrieval import RetrievalConfig
+
+        try:
+            ret_cfg = RetrievalConfig(lengths=tuple(int_list(lengths, "--lengths", "256,512,1024", allow_all=False) or []),
+                                      depths=tuple(float_list(depths, "--depths", "0.1,0.5,0.9"))).check()
+        except InterpError as err:
+            fail(err)
+    check_paths(out, writes="atlas.csv, atlas.html, heads.csv, report.html, state/", model=model)
+    check_engine(engine, device)
+
+    from interp.engine import ScanConfig
+    from interp.experiments.atlas import ROLES, AtlasConfig, run_atlas
+    from interp.models import load_model
+    from interp.report.atlas_page import write_atlas
+
+    try:
+        cfg = AtlasConfig(corpus=corpus, prompts=prompts, tokens=tokens, seed=seed, repeats=repeats, ablate=ablate,
+                          n_remove=n_remove, inp=inp, scan=ScanConfig(block_size=block_size), retrieval=ret_cfg,
+                          support=support)
+        with console.status(f"loading {model}"):
+            m = load_model(model, device=device, dtype=dtype)
+        res = run_atlas(m, cfg, progress=True, engine=engine, log=lambda s: console.print(escape(s), soft_wrap=True))
+    except InterpError as err:
+        fail(err)
+    write_atlas(res, out, m.tokenizer)
+    t = res.table
+    counts = ", ".join(f"{r.name} {int(t[f'role_{r.name}'].sum())}" for r in ROLES)
+    for r in ROLES:
+        on = t[t[f"role_{r.name}"]]
+        if len(on):
+            show_table(on.sort_values(r.column, ascending=False), f"{r.name} heads ({len(on)}), by {r.column}",
+                  ["layer", "head", r.column, "roles"], top)
+    secs = ", ".join(f"{k.replace('_', '-')} {v:.1f} s" for k, v in res.seconds.items())
+    console.print(f"{escape(m.card.name)}: {len(t)} heads; roles: {counts}. Passes: {secs}; total "
+                  f"{time.perf_counter() - t_start:.1f} s wall; wrote {out}/atlas.csv and {out}/atlas.html", soft_wrap=True)

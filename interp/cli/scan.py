@@ -1,0 +1,101 @@
+"""``interp scan``: scan a model on a corpus; heads.csv, long_slash.csv, report.html and raw state (``--shard``: one
+shard's state). Options and outputs: ``interp scan --help``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+from interp.cli.common import (
+    ADDRESS, CORPUS, DEVICE, DEVICE_MAP, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS,
+    WORKERS, app, check_engine, check_measures, check_paths, console, fail, long_summary, parse_shard, plural,
+    top_sdh,
+)
+from interp.errors import InterpError
+
+
+@app.command()
+def scan(
+    model: str = MODEL,
+    corpus: str = CORPUS,
+    prompts: int = PROMPTS,
+    tokens: int = TOKENS,
+    seed: int = SEED,
+    repeats: int = REPEATS,
+    measure: List[str] = MEASURE,
+    out: Path = typer.Option(Path("out/scan"), help="output folder (created; heads.csv, long_slash.csv, report.html, state/ go in it)"),
+    ood: bool = typer.Option(False, "--ood", help="also scan random-token prompts and report OOD ratios"),
+    shard: Optional[str] = typer.Option(None, help="I/N: scan only prompts i with i % N == I and write raw state"),
+    block_size: int = typer.Option(32, help="queries per attention block"),
+    long_min_frac: float = typer.Option(2 / 3, show_default="2/3", help="a long lag is an SDH only if it holds in at least this fraction of prompts"),
+    inp: bool = typer.Option(False, "--inp", help="also the per-plane InP spectrum of every head (paper 004 eq. 8-9; ~+50% time)"),
+    counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
+                                        help="compute the pre-RoPE sink weight (one more QK^T per layer)"),
+    full_profile: bool = typer.Option(False, "--full-profile", help="score every lag (the whole lag profile); by default only lags "
+                                      "0..63 and the long range 500..5000, the others NaN (on a GPU the scan then skips their tiles)"),
+    counterfactual_queries: int = typer.Option(256, "--counterfactual-queries", min=0,
+                                               help="query rows per prompt for the pre-RoPE sink weight (a seeded stratified sample); "
+                                                    "0 = every query, exact"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    engine: str = ENGINE,
+    device_map: Optional[str] = DEVICE_MAP,
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
+    top: int = typer.Option(15, help="rows of the SDH table to print"),
+) -> None:
+    """Scan a model on a corpus; write heads.csv, long_slash.csv, report.html and raw state into OUT."""
+    check_measures(measure)
+    t_start = time.perf_counter()
+    i, n = parse_shard(shard)
+    check_paths(out, writes="heads.csv, report.html, state/" if n == 1 else "state/", model=model)
+    check_engine(engine, device)
+
+    from interp import corpus as corpus_mod
+    from interp.engine.executor import ModelSpec, run_sharded
+    from interp.models import load_model
+    from interp.report.bundle import write_outputs
+    from interp.engine import ScanConfig, scan as engine_scan
+    from interp.engine.config import switch_on
+
+    try:
+        cfg = switch_on(ScanConfig(block_size=block_size, counterfactual_sinks=counterfactual, counterfactual_queries=counterfactual_queries,
+                                   full_profile=full_profile, long_min_frac=long_min_frac, inp=inp),
+                             measure)  # checks ranges and names
+        with console.status(f"loading {model}"):
+            m = load_model(model, device=device, dtype=dtype, device_map=device_map)
+        p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)[i::n]
+        ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
+        meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
+        if executor == "local":
+            result = engine_scan(m, p, cfg, progress=True, meta=meta, prompt_ids=ids, engine=engine)
+        else:
+            if n > 1:
+                raise InterpError("--shard and --executor ray both split the prompts; use one of them")
+            result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers,
+                                 address=address, meta={"corpus": corpus, "seed": seed})
+        ood_result = None
+        if ood:
+            r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
+            ood_result = engine_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"}, prompt_ids=ids, engine=engine)
+    except InterpError as err:
+        fail(err)
+    if n > 1:
+        result.save(out / "state")
+        if ood_result is not None:
+            ood_result.save(out / "ood")
+        console.print(f"shard {i}/{n}: {plural(len(p), 'prompt')} x {tokens} tokens, scan {result.meta['seconds']:.1f} s, "
+                      f"total {time.perf_counter() - t_start:.1f} s wall; raw state in {out}/state. "
+                      f"Combine with: interp merge DIR... --out OUT", soft_wrap=True)
+        return
+    heads = write_outputs(result, out, ood_result, tokenizer=m.tokenizer)
+    top_sdh(heads, top)
+    long_summary(heads, cfg)
+    console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, scan {result.meta['seconds']:.1f} s, "
+                  f"total {time.perf_counter() - t_start:.1f} s wall (model load and report included); "
+                  f"wrote {out}/heads.csv and {out}/report.html", soft_wrap=True)

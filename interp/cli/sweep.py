@@ -1,0 +1,83 @@
+"""``interp sweep``: the same prompts' prefixes scanned at several lengths (paper 001's geometry against length).
+Options and outputs: ``interp sweep --help``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+from interp.cli.common import (
+    ADDRESS, CORPUS, DEVICE, DTYPE, EXECUTOR, MEASURE, MODEL, REPEATS, SEED, WORKERS, app, check_measures,
+    check_paths, console, fail, int_list, plural, show_table,
+)
+from interp.errors import InterpError
+
+
+@app.command()
+def sweep(
+    model: str = MODEL,
+    lengths: str = typer.Option("512,1024,2048", help="prefix lengths, comma-separated"),
+    corpus: str = CORPUS,
+    prompts: int = typer.Option(2, help="number of prompts"),
+    seed: int = SEED,
+    repeats: int = REPEATS,
+    measure: List[str] = MEASURE,
+    out: Path = typer.Option(Path("out/sweep"), help="output folder (created; sweep.csv, sweep.html, length_N/ go in it)"),
+    beyond_context: bool = typer.Option(False, "--beyond-context", help="allow lengths beyond the model's context (out of distribution)"),
+    cluster_points: int = typer.Option(400, help="points per head and prompt for silhouette / Davies-Bouldin and max q.k "
+                                        "(half queries, half keys, seeded positions)"),
+    block_size: int = typer.Option(32, help="queries per attention block"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
+) -> None:
+    """Scan the same prompts' prefixes at several lengths; write sweep.csv, sweep.html and one state folder per length.
+
+    Every column of heads.csv plus the geometry of paper 001 (silhouette / Davies-Bouldin of the q and k clusters,
+    key norms, attention received by token 0, maximum q.k per query), per length, layer and head.
+    """
+    check_measures(measure)
+    t_start = time.perf_counter()
+    ns = int_list(lengths, "--lengths", "512,1024,2048", allow_all=False) or []
+    check_paths(out, writes="sweep.csv, sweep.html, length_N/", model=model)
+
+    from interp import corpus as corpus_mod
+    from interp.models import load_model
+    from interp.engine.executor import ModelSpec
+    from interp.report.sweep_page import write_sweep_report
+    from interp.engine import ScanConfig
+    from interp.engine.config import switch_on
+    from interp.experiments.sweep import check_lengths, sweep as run_sweep
+
+    try:
+        with console.status(f"loading {model}"):
+            m = load_model(model, device=device, dtype=dtype)
+        ns = check_lengths(ns, max(ns or [0]), m.card.context_length, beyond_context)
+        if ns[-1] > m.card.context_length:
+            console.print(f"[yellow]warning:[/] lengths above {m.card.context_length} ({', '.join(str(n) for n in ns if n > m.card.context_length)}) "
+                          f"are beyond {escape(m.card.name)}'s context: positions out of distribution", soft_wrap=True)
+        p = corpus_mod.prompts(m, corpus, prompts, ns[-1], seed, beyond_context=beyond_context, repeats=repeats)
+        cfg = switch_on(ScanConfig(block_size=block_size, geometry=True, cluster_points=cluster_points, counterfactual_queries=0), measure)
+        result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed},
+                           executor=executor, workers=workers, address=address, spec=ModelSpec(model, str(m.device), dtype))
+    except InterpError as err:
+        fail(err)
+    t_write = time.perf_counter()
+    with console.status(f"writing {out}"):
+        result.save(out)
+        write_sweep_report(result, out / "sweep.html")
+    t_write = time.perf_counter() - t_write
+    table = result.table
+    summary = table.groupby("length")[["sink_weight", "max_qk_rot", "srank_k_rot", "silhouette_rot", "cos_qk_rot"]].median().reset_index()
+    show_table(summary, "Median over heads by length", list(summary.columns), len(summary))
+    scans = sum(t["scan"] for t in result.seconds.values())
+    fin = sum(t["finalise"] for t in result.seconds.values())
+    console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} at {plural(len(ns), 'length')}, scans {scans:.1f} s, "
+                  f"finalising {fin:.1f} s, writing {t_write:.1f} s, total {time.perf_counter() - t_start:.1f} s wall; "
+                  f"wrote {out}/sweep.csv and {out}/sweep.html", soft_wrap=True)

@@ -1,4 +1,0 @@
-"""Moved to ``interp.measures.norms``; this path works until the next release."""
-from interp._compat import moved
-
-moved(__name__, "interp.measures.norms")
