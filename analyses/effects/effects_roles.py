@@ -24,11 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import atlas_of, load, models, write  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import parser, replace_rows  # noqa: E402
+from _common import atlas_of, load_cpu, parser, replace_rows, run_models, write_rows  # noqa: E402
 
 
 def effects_table(name: str, out: Path, kinds: tuple[str, ...], prompts: int, tokens: int, model=None) -> tuple[pd.DataFrame, object]:
@@ -45,7 +43,7 @@ def effects_table(name: str, out: Path, kinds: tuple[str, ...], prompts: int, to
         return table, model
     if table is not None:
         prompts, tokens = int(table["prompts"].iloc[0]), int(table["tokens"].iloc[0])
-    model = model or load(name)
+    model = model or load_cpu(name)
     p = interp.corpus.prompts(model, "pydoc", prompts, tokens)
     print(f"{name}: head effects {','.join(missing)} on {prompts} x {tokens} pydoc tokens", flush=True)
     res = head_effects(model, p, EffectsConfig(interventions=tuple(missing), bootstrap=1000), progress=True, log=print)
@@ -70,13 +68,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     kinds = parse_interventions(args.interventions)
     frames = []
-    for name in models(args):
+    for name in run_models(args):
         table, model = effects_table(name, args.out, kinds, args.prompts, args.tokens)
-        atlas = atlas_of(model or load(name), args.quick)
+        atlas = atlas_of(model or load_cpu(name), args.quick)
         r = role_effects(table, atlas, draws=args.draws)
         frames.append(r.assign(model=name, prompts=int(table["prompts"].iloc[0]), tokens=int(table["tokens"].iloc[0])))
     df = pd.concat(frames, ignore_index=True)
-    write(df, args.out / "effects_roles.csv")
+    write_rows(df, args.out / "effects_roles.csv")
     show = df[df["heads"] > 0].filter(["model", "intervention", "role", "heads", "mean_dnll", "random_lo", "random_hi", "p_greater"])
     print(show.to_string(index=False))
     return df

@@ -30,11 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import atlas_of, load, mean_interval, models, write  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import parser  # noqa: E402
+from _common import atlas_of, load_cpu, mean_interval, parser, run_models, write_rows  # noqa: E402
 
 
 def second_copy_start(model, tokens: int) -> int:
@@ -72,8 +70,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     from interp.experiments.effects import EffectsConfig, head_effects, set_effects
 
     sets_rows, head_rows, summary = [], [], []
-    for name in models(args):
-        model = load(name)
+    for name in run_models(args):
+        model = load_cpu(name)
         atlas = atlas_of(model, args.quick)
         prompts = interp.corpus.prompts(model, "repeated-random", args.prompts, args.tokens, 0, repeats=2)
         start = second_copy_start(model, args.tokens)
@@ -113,10 +111,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                             if args.head_prompts else np.nan, "heads": len(atlas),
                             "top_heads": " ".join(f"L{l}H{h}" for l, h in pairs[:k]),
                             "prompts": args.prompts, "tokens": args.tokens})
-    write(pd.DataFrame(sets_rows), args.out / "effects_induction.csv")
+    write_rows(pd.DataFrame(sets_rows), args.out / "effects_induction.csv")
     if head_rows:
-        write(pd.concat(head_rows, ignore_index=True), args.out / "effects_induction_heads.csv")
-    df = write(pd.DataFrame(summary), args.out / "effects_induction_summary.csv")
+        write_rows(pd.concat(head_rows, ignore_index=True), args.out / "effects_induction_heads.csv")
+    df = write_rows(pd.DataFrame(summary), args.out / "effects_induction_summary.csv")
     print(pd.DataFrame(summary).drop(columns=["top_heads"]).to_string(index=False))
     return df
 

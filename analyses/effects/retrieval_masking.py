@@ -29,11 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import load, mean_interval, models, write  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import FIGURES, parser  # noqa: E402
+from _common import FIGURES, load_cpu, mean_interval, parser, run_models, write_rows  # noqa: E402
 
 
 def ranked_heads(table: pd.DataFrame, threshold: float = 0.1) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -91,11 +89,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ks = [int(x) for x in args.k.split(",")]
     lengths, depths = tuple(int(x) for x in args.lengths.split(",")), tuple(float(x) for x in args.depths.split(","))
     if args.quick:
-        ks, lengths, depths, args.draws = [1, 2], (256,), (0.1, 0.9), 2
+        ks, lengths, depths, args.draws, args.needles = [1, 2], (256,), (0.1, 0.9), 2, 1
     cfg = RetrievalConfig(lengths=lengths, depths=depths, needles=args.needles, seed=args.seed, max_new_tokens=8 if args.quick else args.max_new_tokens)
     frames = []
-    for name in models(args):
-        model = load(name)
+    for name in run_models(args):
+        model = load_cpu(name)
         if args.quick:
             scores = run_retrieval(model, RetrievalConfig(lengths=(256,), depths=(0.5,), max_new_tokens=8), log=lambda s: None).heads
         else:
@@ -110,8 +108,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     trials = pd.concat(frames, ignore_index=True)
     cols = ["model", "set", "kind", "k", "draw", "length", "depth", "needle", "needle_depth", "rouge1_recall", "response",
             "heads", "seconds"]
-    write(trials[cols], args.out / "effects_retrieval_masking.csv")
-    df = write(summary(trials, ks), args.out / "effects_retrieval_masking_summary.csv")
+    write_rows(trials[cols], args.out / "effects_retrieval_masking.csv")
+    df = write_rows(summary(trials, ks), args.out / "effects_retrieval_masking_summary.csv")
     print(summary(trials, ks).to_string(index=False))
     return df
 

@@ -28,11 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import atlas_of, load, models, write  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import parser  # noqa: E402
+from _common import atlas_of, load_cpu, parser, run_models, write_rows  # noqa: E402
 
 BANDS = ("high", "medium", "low")
 
@@ -85,8 +83,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     from interp.experiments.effects import EffectsConfig, head_effects
 
     frames, summary = [], []
-    for name in models(args):
-        model = load(name)
+    for name in run_models(args):
+        model = load_cpu(name)
         heads = strongest_sdhs(atlas_of(model, args.quick), args.top)
         prompts = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
         pairs = tuple(zip(heads["layer"].astype(int), heads["head"].astype(int)))
@@ -107,8 +105,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             row[f"cf_{b}"] = int((per_head["cf_band"] == b).sum())
         row["dnll_zero"] = float(per_head["dnll_zero"].median())
         summary.append(row)
-    write(pd.concat(frames, ignore_index=True), args.out / "effects_rope_band.csv")
-    df = write(pd.DataFrame(summary), args.out / "effects_rope_band_summary.csv")
+    write_rows(pd.concat(frames, ignore_index=True), args.out / "effects_rope_band.csv")
+    df = write_rows(pd.DataFrame(summary), args.out / "effects_rope_band_summary.csv")
     print(pd.DataFrame(summary).to_string(index=False))
     return df
 

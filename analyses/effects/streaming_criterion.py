@@ -34,11 +34,10 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import atlas_of, load, mean_interval, models, write  # noqa: E402
 from effects_roles import effects_table  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import parser, save_figure  # noqa: E402
+from _common import atlas_of, load_cpu, mean_interval, parser, run_models, save_figure, write_rows  # noqa: E402
 
 SHARES = (0.25, 0.5, 0.75)
 
@@ -110,9 +109,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     from interp.measures.shape import STREAMING_THRESHOLD
 
     rows, joint, scatters = [], [], {}
-    for name in models(args):
+    for name in run_models(args):
         eff, model = effects_table(name, args.out, ("streaming",), args.prompts, args.tokens)
-        model = model or load(name)
+        model = model or load_cpu(name)
         atlas = atlas_of(model, args.quick)
         t = eff[eff["intervention"] == "streaming"].merge(atlas[["layer", "head", "distant_mass", "is_streaming"]],
                                                            on=["layer", "head"])
@@ -152,10 +151,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             vals = [j["dnll"] for j in at_rule if j["order"] == order]
             row[f"joint_{order}"] = float(np.mean(vals)) if vals else np.nan
         rows.append(row)
-    df = write(pd.DataFrame(rows), args.out / "effects_streaming.csv")
-    write(pd.DataFrame(joint), args.out / "effects_streaming_joint.csv")
+    df = write_rows(pd.DataFrame(rows), args.out / "effects_streaming.csv")
+    write_rows(pd.DataFrame(joint), args.out / "effects_streaming_joint.csv")
     cols = ["model", "layer", "head", "distant_mass", "is_streaming", "dnll", "dnll_lo", "dnll_hi", "kl"]
-    heads = write(pd.concat([t.assign(model=m) for m, t in scatters.items()])[cols], args.out / "effects_streaming_heads.csv")
+    heads = write_rows(pd.concat([t.assign(model=m) for m, t in scatters.items()])[cols], args.out / "effects_streaming_heads.csv")
     save_figure(scatter({m: heads[heads["model"] == m] for m in heads["model"].unique()}), args.out, "effects_streaming")
     print(pd.DataFrame(rows).to_string(index=False))
     return df
