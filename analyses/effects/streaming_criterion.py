@@ -15,7 +15,8 @@ head streamed alone, sink 4 and window 64, on pydoc prompts) and the atlas (``di
   (seed 1) of the same length, ``interp.experiments.effects.set_effects`` streams at once the ``n`` heads of lowest
   distant mass (``order = rule``), the ``n`` heads of lowest single-head ``dnll`` (``causal``; ranked on the effects
   prompts, measured on the held-out ones) and ``--draws`` random sets of ``n`` heads (``random``), for ``n`` = the
-  rule's count and a quarter, half and three quarters of the heads: ``dnll`` with a 95% bootstrap interval over prompts,
+  rule's count and a quarter, half and three quarters of the heads (the ``rule`` order also at an eighth and three
+  eighths): ``dnll`` with a 95% bootstrap interval over prompts,
   and ``mass_max``, the largest distant mass in the set (for ``rule``: the threshold that streams those heads).
 
 Writes ``figures/effects_streaming.csv`` (one row per model), ``figures/effects_streaming_joint.csv``,
@@ -39,7 +40,8 @@ from effects_roles import effects_table  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import atlas_of, load_cpu, mean_interval, parser, run_models, save_figure, write_rows  # noqa: E402
 
-SHARES = (0.25, 0.5, 0.75)
+SHARES = (0.25, 0.5, 0.75)  # shares of the heads streamed at once, every order
+RULE_SHARES = (0.125, 0.375)  # more points of the rule's own curve, to see where its joint cost leaves 0
 
 
 def auc_interval(y: np.ndarray, score: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[float, float]:
@@ -55,9 +57,11 @@ def auc_interval(y: np.ndarray, score: np.ndarray, n: int = 1000, seed: int = 0)
     return float(np.quantile(vals, 0.025)), float(np.quantile(vals, 0.975))
 
 
-def head_sets(t: pd.DataFrame, counts: list[int], draws: int, seed: int = 0) -> list[tuple[str, int, int, list]]:
+def head_sets(t: pd.DataFrame, counts: list[int], draws: int, seed: int = 0,
+              rule_counts: tuple[int, ...] = ()) -> list[tuple[str, int, int, list]]:
     """``(order, n, draw, heads)``: the ``n`` heads of lowest distant mass (``rule``), of lowest streaming ``dnll``
-    (``causal``) and ``draws`` random sets of ``n`` (``random``), for each ``n`` of ``counts``."""
+    (``causal``) and ``draws`` random sets of ``n`` (``random``), for each ``n`` of ``counts``; and the ``rule`` set
+    alone for each ``n`` of ``rule_counts``."""
     rng = np.random.default_rng(seed)
     pairs = list(zip(t["layer"].astype(int), t["head"].astype(int)))
     by_mass = [pairs[i] for i in np.argsort(t["distant_mass"].to_numpy(), kind="stable")]
@@ -66,7 +70,7 @@ def head_sets(t: pd.DataFrame, counts: list[int], draws: int, seed: int = 0) -> 
     for n in counts:
         out += [("rule", n, 0, by_mass[:n]), ("causal", n, 0, by_effect[:n])]
         out += [("random", n, d, [pairs[i] for i in rng.choice(len(pairs), n, replace=False)]) for d in range(draws)]
-    return out
+    return out + [("rule", n, 0, by_mass[:n]) for n in rule_counts if n not in counts]
 
 
 def scatter(tables: dict[str, pd.DataFrame]):
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         # the joint test on held-out prompts
         held = interp.corpus.prompts(model, "pydoc", args.joint_prompts, N, seed=1)
         counts = sorted({int(rule.sum()), *(int(round(s * len(t))) for s in SHARES)} - {0})
-        sets = head_sets(t, counts, args.draws)
+        sets = head_sets(t, counts, args.draws, rule_counts=tuple(int(round(s * len(t))) for s in RULE_SHARES))
         print(f"{name}: joint streaming of {len(sets)} head sets on {args.joint_prompts} x {N} held-out tokens", flush=True)
         dn, _, nll = set_effects(model, held, [s[3] for s in sets], "streaming", EffectsConfig(batch_rows=4))
         mass = dict(zip(zip(t["layer"].astype(int), t["head"].astype(int)), t["distant_mass"]))
