@@ -54,11 +54,16 @@ def effects_table(name: str, out: Path, kinds: tuple[str, ...], prompts: int, to
     return table, model
 
 
+def table_options(ap) -> None:
+    """``--prompts`` / ``--tokens``: the pydoc prompts of a model that has no effects table yet (``effects_table``)."""
+    ap.add_argument("--prompts", type=int, default=2, help="pydoc prompts of a model without an effects table")
+    ap.add_argument("--tokens", type=int, default=128, help="tokens per prompt of a model without an effects table")
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 2 x 32 tokens, every head, its own small atlas (seconds)")
     ap.add_argument("--interventions", default="zero,streaming", help="interventions the effects tables must hold")
-    ap.add_argument("--prompts", type=int, default=2, help="pydoc prompts of a model without an effects table")
-    ap.add_argument("--tokens", type=int, default=128, help="tokens per prompt of a model without an effects table")
+    table_options(ap)
     ap.add_argument("--draws", type=int, default=2000, help="random layer-matched head sets per role")
     args = ap.parse_args(argv)
     if args.quick:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from effects_roles import effects_table  # noqa: E402
+from effects_roles import effects_table, table_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import atlas_of, load_cpu, mean_interval, parser, run_models, save_figure, write_rows  # noqa: E402
@@ -99,8 +99,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 2 x 96 tokens, its own small atlas (seconds)")
     ap.add_argument("--joint-prompts", type=int, default=4, help="held-out pydoc prompts of the joint test")
     ap.add_argument("--draws", type=int, default=2, help="random head sets per count in the joint test")
-    ap.add_argument("--prompts", type=int, default=2, help="pydoc prompts of a model without an effects table")
-    ap.add_argument("--tokens", type=int, default=128, help="tokens per prompt of a model without an effects table")
+    table_options(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.prompts, args.tokens, args.joint_prompts = 2, 96, 2
