@@ -86,3 +86,17 @@ def test_a_runs_own_tables_do_not_make_its_commit_dirty():
     outside = [s for s in status if not s[3:].startswith("figures/")]
     assert common._commit(FIG).endswith("+dirty") == bool(outside)
     assert common._commit().endswith("+dirty") == bool(status)
+
+
+def test_a_run_records_only_its_own_tables_when_another_writes_beside_it(tmp_path):
+    """Two runs writing into one folder at once: each records the tables it wrote itself (``DataFrame.to_csv`` noted by
+    ``track_outputs``), not the other's, although both are newer than its start."""
+    import pandas as pd
+
+    t0 = time.time() - 1
+    common._note_writes()
+    pd.DataFrame({"a": [1]}).to_csv(tmp_path / "mine.csv", index=False)
+    (tmp_path / "other.csv").write_text("a\n2\n")  # another process's table, written meanwhile
+    got = common.record_provenance(tmp_path, t0, str(ROOT / "analyses" / "effects" / "effects_roles.py"), [])
+    assert set(got) == {"mine.csv"}
+    assert str((tmp_path / "mine.csv").resolve()) in common.WRITTEN
