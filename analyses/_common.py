@@ -111,33 +111,7 @@ def parser(doc: str, quick_help: str) -> argparse.ArgumentParser:
     return ap
 
 
-def track_outputs(out: Path, script: str, args: list[str]) -> None:
-    """At interpreter exit, record how every CSV this process wrote (or rewrote) in ``out`` was made, in
-    ``out/provenance.json`` (:func:`record_provenance`). ``script``: the analysis file; ``args``: its arguments.
-
-    The tables this process writes with ``DataFrame.to_csv`` are noted as it writes them (:data:`WRITTEN`), so that two
-    runs writing into the same folder at the same time each record only their own tables."""
-    _note_writes()
-    atexit.register(record_provenance, Path(out), time.time(), script, list(args))
-
-
-WRITTEN: set[str] = set()  # resolved paths of the CSV files this process wrote with DataFrame.to_csv (track_outputs)
-
-
-def _note_writes() -> None:
-    """Wrap ``pandas.DataFrame.to_csv`` (once per process) to add every path it writes to :data:`WRITTEN`."""
-    original = pd.DataFrame.to_csv
-    if getattr(original, "_notes_writes", False):
-        return
-
-    def to_csv(self, path_or_buf=None, *args, **kwargs):
-        if isinstance(path_or_buf, (str, os.PathLike)):
-            WRITTEN.add(str(Path(path_or_buf).resolve()))
-        return original(self, path_or_buf, *args, **kwargs)
-
-    to_csv._notes_writes = True
-    pd.DataFrame.to_csv = to_csv
-
+_
 
 _SOURCES: dict[str, list[dict]] = {}  # table name -> provenance of the run folders it was merged from (merge_sources)
 
@@ -159,8 +133,8 @@ def merge_sources(names: list[str], dirs: list[Path]) -> None:
 
 
 def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dict:
-    """Write one entry per ``*.csv`` in ``out`` modified since ``t0`` (epoch seconds; where this process noted its own
-    writes into ``out``, :data:`WRITTEN`, only those) into ``out/provenance.json``,
+    """Write one entry per ``*.csv`` in ``out`` this process wrote since ``t0`` (epoch seconds; with
+    :func:`track_outputs`' audit hook installed, only the files it saw this process write) into ``out/provenance.json``,
     keeping the entries of other tables: ``script`` (relative to the repository), ``command`` (the line that reruns it),
     ``date`` (UTC, ISO 8601), ``seconds`` (the run's wall time), ``commit`` (``git`` HEAD, ``+dirty`` with uncommitted
     changes outside ``out``: a run's own tables do not count), ``machine`` (OS, CPUs, torch, GPU), and ``sources`` for a table joined from run folders
@@ -168,9 +142,8 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
     out = Path(out)
     if not out.is_dir():
         return {}
-    # written since t0, and by this process where it noted writes into out (another run may write there meanwhile)
-    mine = {w for w in WRITTEN if Path(w).parent == out.resolve()}
-    names = sorted(p.name for p in out.glob("*.csv") if p.stat().st_mtime >= t0 and (not mine or str(p.resolve()) in mine))
+    names = sorted(p.name for p in out.glob("*.csv") if p.stat().st_mtime >= t0
+                   and (not _HOOKED or os.path.realpath(p) in _WRITTEN))  # written by this process, not only since t0
     if not names:
         return {}
     path = Path(script).resolve()

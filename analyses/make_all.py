@@ -54,6 +54,10 @@ SCRIPTS = {
     "sparse_parity": HERE / "p003_sparsity/sparse_parity.py",
     "ppc_scratchpad": HERE / "p003_sparsity/ppc_scratchpad.py",
     "rope_id_lm": HERE / "p001_frayed/rope_id_lm.py",
+    # training dynamics (issue 35): heads watched as they form
+    "icl_two_stage": HERE / "emergence/icl_two_stage.py",
+    "icl_lr": HERE / "emergence/icl_lr.py",
+    "induction_text": HERE / "emergence/induction_text.py",
 }
 OPTIONAL = {"pca_snapshot": HERE / "p001_frayed/pca_snapshot.py", "embedding_cone": HERE / "p004_slash/embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",

@@ -88,15 +88,19 @@ def test_a_runs_own_tables_do_not_make_its_commit_dirty():
     assert common._commit().endswith("+dirty") == bool(status)
 
 
-def test_a_run_records_only_its_own_tables_when_another_writes_beside_it(tmp_path):
-    """Two runs writing into one folder at once: each records the tables it wrote itself (``DataFrame.to_csv`` noted by
-    ``track_outputs``), not the other's, although both are newer than its start."""
+def test_only_the_tables_this_process_wrote_are_credited(tmp_path):
+    """Two runs writing into one folder at once (or a ``git merge`` rewriting tables during a run): with the audit hook
+    of ``track_outputs``, a run credits only the CSVs it wrote itself (directly or by an atomic rename), not every
+    CSV modified since it started."""
     import pandas as pd
 
+    from interp.report.bundle import write_csv
+
+    mod = load_script(ROOT / "analyses" / "_common.py")
+    mod.track_outputs(tmp_path, "x", [])  # installs the hook (its exit-time record finds nothing new to credit)
     t0 = time.time() - 1
-    common._note_writes()
     pd.DataFrame({"a": [1]}).to_csv(tmp_path / "mine.csv", index=False)
-    (tmp_path / "other.csv").write_text("a\n2\n")  # another process's table, written meanwhile
-    got = common.record_provenance(tmp_path, t0, str(ROOT / "analyses" / "effects" / "effects_roles.py"), [])
-    assert set(got) == {"mine.csv"}
-    assert str((tmp_path / "mine.csv").resolve()) in common.WRITTEN
+    write_csv(pd.DataFrame({"a": [2]}), tmp_path / "atomic.csv")
+    subprocess.run([sys.executable, "-c", f"open({str(tmp_path / 'theirs.csv')!r}, 'w').write('a\\n3\\n')"], check=True)
+    got = mod.record_provenance(tmp_path, t0, str(ROOT / "analyses" / "p004_slash" / "band_dose.py"), [])
+    assert set(got) == {"mine.csv", "atomic.csv"}

@@ -402,7 +402,7 @@ def write_lock(root: str | Path = ".") -> Path:
             out[src] = dict(sorted(values.items()))
     path = root / LOCK_FILE
     header = ("# The value each template rendered to when its page was last read (python -m interp.docs.numbers lock).\n"
-              "# tests/test_docs_numbers.py fails when a table change makes a template render something else.\n")
+              "# tests/docs/test_numbers.py fails when a table change makes a template render something else.\n")
     path.write_text(header + yaml.safe_dump(out, sort_keys=True, allow_unicode=True, width=100000))
     return path
 

@@ -1,6 +1,7 @@
 """The synthetic lab: small decoders with pluggable position encodings, trained on CPU on the tasks of
 papers 000 (copying, 2D-RoPE), 002 (Dyck depth) and 003 (sparse parity, position coupling), and byte-level
-language models on Python's own documentation with a passkey probe (``text_lm``; paper 001's RoPE-ID comparison).
+language models on Python's own documentation with a passkey probe (``text_lm``; paper 001's RoPE-ID comparison), and
+paper 004's App. D setting: in-context regression and its reduced two-layer RoPE transformer (``icl_regression``).
 
 A trained lab model is an interp model like any other (``lab_loaded``): capture, ``verify_attention``,
 ``scan`` and the reports work on it. Nothing in the rest of ``interp`` imports the lab; saved lab models

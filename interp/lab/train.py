@@ -9,6 +9,11 @@ A task supplies ``batch_fn(step, rng) -> dict`` with
 
 Right padding needs no attention mask: attention is causal, so pads after a sequence never change it.
 
+Callbacks (``train_model(..., callbacks=[...])``) watch training: each is called as ``cb(step, model, loss)``, once
+with step 0 before the first update (``loss`` None) and after every optimiser step ``s = 1..steps`` with that step's
+loss; ``interp.experiments.trajectory.ScanCallback`` scans the model on fixed probes at the steps of a schedule
+(issue 35: heads forming during training). Callbacks run under ``torch.no_grad`` and must leave the weights alone.
+
 Imports nothing from interp but the lab's model.
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +30,7 @@ import torch
 from interp.lab.model import LabForCausalLM
 
 BatchFn = Callable[[int, np.random.Generator], dict]
+Callback = Callable[[int, torch.nn.Module, "float | None"], None]
 
 
 @dataclass
@@ -73,7 +79,8 @@ def _lr_factor(step: int, cfg: TrainConfig) -> float:
 
 
 def train_model(model: torch.nn.Module, batch_fn: BatchFn, cfg: TrainConfig | None = None,
-                loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor] = lm_loss) -> list[float]:
+                loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor] = lm_loss,
+                callbacks: Sequence[Callback] = ()) -> list[float]:
     """Train ``model`` in place on ``cfg.steps`` batches from ``batch_fn``; returns the per-step losses.
 
     Seeded: ``torch.manual_seed(cfg.seed)`` and ``batch_fn`` gets ``numpy.random.default_rng(cfg.seed)``, so
@@ -83,6 +90,8 @@ def train_model(model: torch.nn.Module, batch_fn: BatchFn, cfg: TrainConfig | No
     Args:
         loss_fn: ``(model, batch) -> scalar`` to minimise; default ``lm_loss`` (the masked next-token loss).
             A task with more outputs (``interp.lab.ppc``: position ids too) passes its own.
+        callbacks: ``cb(step, model, loss)`` at step 0 (loss None) and after every step (module docstring); their
+            time is not in the ``log_every`` lines' seconds.
 
     Raises:
         ValueError: ``cfg.steps < 1`` or ``cfg.warmup < 0``; see ``lm_loss``.
@@ -96,6 +105,7 @@ def train_model(model: torch.nn.Module, batch_fn: BatchFn, cfg: TrainConfig | No
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
     model.train()
     losses: list[float] = []
+    _notify(callbacks, 0, model, None)
     t0 = time.perf_counter()
     for step in range(cfg.steps):
         batch = batch_fn(step, rng)
@@ -106,11 +116,19 @@ def train_model(model: torch.nn.Module, batch_fn: BatchFn, cfg: TrainConfig | No
         opt.step()
         sched.step()
         losses.append(loss.item())
+        _notify(callbacks, step + 1, model, losses[-1])
         if cfg.log_every and (step + 1) % cfg.log_every == 0:
             recent = np.mean(losses[-cfg.log_every:])
             print(f"  step {step + 1}/{cfg.steps}  loss {recent:.4f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
     model.eval()
     return losses
+
+
+def _notify(callbacks: Sequence[Callback], step: int, model: torch.nn.Module, loss: float | None) -> None:
+    if callbacks:
+        with torch.no_grad():
+            for cb in callbacks:
+                cb(step, model, loss)
 
 
 def pad_batch(seqs: list[list[int]], targets: list[list[bool]], pad: int = 0) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the CLI with load_model stubbed: whatever reaches it exits 99 and says so
 PRELUDE = ("import sys, interp.models as m\n"
            "def _stub(*a, **k):\n    print('MODEL LOADED', flush=True); raise SystemExit(99)\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from interp.docs import analyses
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_index_is_current_and_every_script_has_a_table():

@@ -18,7 +18,7 @@ import yaml
 
 from interp.docs import numbers as dn
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_docs_numbers_check_passes():

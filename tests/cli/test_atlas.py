@@ -5,7 +5,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from interp.cli import app
-from tests.test_cli_paths import interp, refused
+from tests.cli.test_paths import interp, refused
 
 runner = CliRunner()
 

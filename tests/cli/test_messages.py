@@ -24,7 +24,7 @@ from interp.engine import ScanConfig, ScanResult
 from interp.experiments.sweep import sweep
 from tests.conftest import random_tokens
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 
@@ -167,7 +167,7 @@ def test_import_interp_loads_nothing_heavy():
 
 
 def test_a_refused_compare_leaves_no_output_folder(tmp_path):
-    """Same --names for two scans: exit 2 naming --names, and no (empty) output folder left behind. (test_cli_paths'
+    """Same --names for two scans: exit 2 naming --names, and no (empty) output folder left behind. (tests/cli/test_paths.py'
     'nothing is written' cases refuse before any input is read, so they pass on code that made the folder first.)"""
     for d in ("a", "b"):
         res = runner.invoke(app, ["scan", "tiny-llama", "--prompts", "1", "--tokens", "32", "--out", str(tmp_path / d)])

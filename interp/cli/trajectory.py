@@ -1,0 +1,71 @@
+"""``interp trajectory``: the per-head table of a scan at every saved checkpoint of a training run (issue 35). Options and
+outputs: ``interp trajectory --help``; the logic is ``interp.experiments.trajectory``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+from interp.cli.common import DEVICE, ENGINE, MEASURE, PROMPTS, REPEATS, SEED, app, check_engine, check_measures, check_paths, console, fail, plural
+from interp.errors import InterpError
+
+
+@app.command()
+def trajectory(
+    source: str = typer.Argument(..., help="a folder of saved checkpoints (one model folder each, e.g. step-100/), or a "
+                                 "Hugging Face hub id ORG/NAME whose --revisions are in the local cache"),
+    revisions: Optional[str] = typer.Option(None, help="comma-separated subfolders (or hub revisions) in order [default: "
+                                            "every model subfolder, by the number in its name]"),
+    corpus: str = typer.Option("repeated-random", help="probe prompts, the same at every checkpoint: pydoc | stdlib | random | "
+                               "repeated-random (BOS, r, r: induction heads' input)"),
+    prompts: int = PROMPTS,
+    tokens: int = typer.Option(128, help="tokens per probe prompt"),
+    seed: int = SEED,
+    repeats: int = REPEATS,
+    measure: List[str] = MEASURE,
+    out: Path = typer.Option(Path("out/trajectory"), help="output folder (created; trajectory.csv and trajectory.html go in it)"),
+    device: str = DEVICE,
+    engine: str = ENGINE,
+) -> None:
+    """Scan every checkpoint of a training run on the same probe prompts: one row per (checkpoint, layer, head) with
+    every enabled measure (token-matched scores and entropy are on by default), and a page with each measure against
+    step for every head, coloured by its role at the last checkpoint.
+
+    Checks every checkpoint first (a folder with no model, a revision that does not exist, mixed architectures: one
+    line, exit 2, before any scan). Writes trajectory.csv (columns: step, revision, scan_seconds, then heads.csv's) and
+    trajectory.html.
+    """
+    t_start = time.perf_counter()
+    check_measures(measure)
+    check_paths(out, writes="trajectory.csv, trajectory.html")
+    check_engine(engine, device)
+    from interp.experiments.trajectory import checkpoint_trajectory, find_checkpoints
+
+    try:
+        cks = find_checkpoints(source, [r.strip() for r in revisions.split(",") if r.strip()] if revisions else None)
+    except InterpError as err:
+        fail(err)
+
+    from interp import corpus as corpus_mod
+    from interp.engine import ScanConfig
+    from interp.engine.config import switch_on
+    from interp.io import write_atomic
+    from interp.report.trajectory_page import write_trajectory_page
+
+    try:
+        cfg = switch_on(ScanConfig(), sorted({"token_match", "shape", *measure}))
+        traj = checkpoint_trajectory(cks, lambda m: corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats), cfg,
+                                     progress=True, engine=engine, device=device)
+    except InterpError as err:
+        fail(err)
+    out.mkdir(parents=True, exist_ok=True)
+    write_trajectory_page(traj, out / "trajectory.html", title=str(source))
+    write_atomic(out / "trajectory.csv", lambda tmp: traj.to_csv(tmp, index=False))
+    console.print(f"{escape(str(source))}: {plural(len(cks), 'checkpoint')} x {plural(prompts, 'prompt')} of {tokens} tokens "
+                  f"({escape(corpus)}), {len(traj)} rows, {traj.groupby('revision')['scan_seconds'].first().mean():.2f} s per "
+                  f"checkpoint's scan, {time.perf_counter() - t_start:.1f} s in all; wrote {out}/trajectory.csv and "
+                  f"{out}/trajectory.html", soft_wrap=True)
