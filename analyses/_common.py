@@ -111,7 +111,35 @@ def parser(doc: str, quick_help: str) -> argparse.ArgumentParser:
     return ap
 
 
-_
+_WRITTEN: set[str] = set()  # real paths this process opened for writing or renamed onto (the audit hook below)
+_HOOKED: list[bool] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    """``sys.addaudithook`` hook: note every file this process opens for writing (``open`` with a w/a/x/+ mode, or
+    os-level write flags) and every rename target (``os.rename`` / ``os.replace``, as atomic writes end)."""
+    if event == "open":
+        path, mode, flags = args
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(
+            (flags or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
+        if writes and isinstance(path, (str, bytes, os.PathLike)):
+            _WRITTEN.add(os.path.realpath(os.fsdecode(path)))
+    elif event == "os.rename":
+        _WRITTEN.add(os.path.realpath(os.fsdecode(args[1])))
+
+
+def track_outputs(out: Path, script: str, args: list[str]) -> None:
+    """At interpreter exit, record how every CSV this process wrote (or rewrote) in ``out`` was made, in
+    ``out/provenance.json`` (:func:`record_provenance`). ``script``: the analysis file; ``args``: its arguments.
+
+    Which CSVs this process wrote is read from an audit hook (``sys.addaudithook``: files opened for writing, rename
+    targets), not only from modification times: two runs writing into ``figures/`` at once, or a ``git merge`` that
+    rewrites tables during a run, must not credit each other's tables to this script."""
+    if not _HOOKED:
+        sys.addaudithook(_audit)
+        _HOOKED.append(True)
+    atexit.register(record_provenance, Path(out), time.time(), script, list(args))
+
 
 _SOURCES: dict[str, list[dict]] = {}  # table name -> provenance of the run folders it was merged from (merge_sources)
 
