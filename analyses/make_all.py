@@ -39,6 +39,12 @@ SCRIPTS = {
     "sdh_count_bootstrap": HERE / "p004_slash/sdh_count_bootstrap.py",
     "sdh_count_spread": HERE / "p004_slash/sdh_count_spread.py",
     "long_range_slash": HERE / "p004_slash/long_range_slash.py",
+    # causal head effects (issue 32 part 3): after head_atlas and retrieval_heads, whose tables they read
+    "effects_roles": HERE / "effects/effects_roles.py",
+    "streaming_criterion": HERE / "effects/streaming_criterion.py",
+    "retrieval_masking": HERE / "effects/retrieval_masking.py",
+    "induction_ablation": HERE / "effects/induction_ablation.py",
+    "rope_band_heads": HERE / "effects/rope_band_heads.py",
     # the lab (issue 9): small models trained on CPU
     "copy_2d_rope": HERE / "p000_copy/copy_2d_rope.py",
     "copy_2d_rope_seeds": HERE / "p000_copy/copy_2d_rope_seeds.py",

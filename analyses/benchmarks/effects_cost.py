@@ -23,7 +23,7 @@ one layer first (Triton compilation, first-call costs). ``--random-weights`` bui
 config with random weights (seed 0) and random prompts: the cost is the same, and a GGUF file of 98 MB cannot travel
 to the GPU machine. Writes (replacing the rows of the model, keeping other models') ``figures/effects_cost.csv``, the
 fast path's table ``figures/effects_<model>.csv``
-(``interp effects``' columns, 1000 bootstrap resamples) and, with ``--attribution``,
+(``interp effects``' columns, 1000 bootstrap resamples; rows of other interventions on the same prompts are kept) and, with ``--attribution``,
 ``figures/attribution_agreement.csv`` (``interp.experiments.attribution.agreement``: Spearman's rho of attributed
 against exact zero / mean effects over all heads and per depth third, the worst heads).
 
@@ -161,7 +161,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     c_fwd = time.process_time() - c0
     t_eff, fast = timed(lambda: head_effects(model, prompts, cfg), dev)
     args.out.mkdir(parents=True, exist_ok=True)  # the fast path's table first: the longest run is kept whatever follows
-    fast.table.assign(model=args.model, prompts=args.prompts, tokens=args.tokens).to_csv(args.out / f"effects_{args.model}.csv", index=False)
+    table, path = fast.table.assign(model=args.model, prompts=args.prompts, tokens=args.tokens), args.out / f"effects_{args.model}.csv"
+    if path.exists():  # keep other interventions measured on the same prompts (analyses/effects/effects_roles.py adds some)
+        old = pd.read_csv(path)
+        table = replace_rows(old[(old["prompts"] == args.prompts) & (old["tokens"] == args.tokens)], table, ["intervention"])
+    table.to_csv(path, index=False)
     linear = tuple(k for k in kinds if k in ("zero", "mean"))
     if args.attribution and linear:
         attribution_effects(model, warm, EffectsConfig(interventions=linear, bootstrap=0))  # warm-up

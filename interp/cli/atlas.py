@@ -4,6 +4,7 @@ and outputs: ``interp atlas --help``."""
 from __future__ import annotations
 
 import time
+from typing import Optional
 from pathlib import Path
 
 import typer
@@ -13,7 +14,7 @@ from interp.cli.common import (
     DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_engine, check_paths, console, fail, float_list,
     int_list, show_table,
 )
-from interp.errors import InterpError
+from interp.errors import ConfigError, InterpError
 
 
 @app.command()
@@ -38,6 +39,13 @@ def atlas(
     support: int = typer.Option(0, help="bootstrap resamples of the prompts for each head's role support (support_<role> "
                                  "columns: the share of resamples in which the head holds the role); 0: off"),
     top: int = typer.Option(8, help="heads shown per role"),
+    effects: Optional[str] = typer.Option(None, "--effects", help="also every head's causal effect (interp effects, exact) on "
+                                          "the text pass's first prompts: comma-separated interventions, e.g. zero,streaming; "
+                                          "joined to atlas.csv as dnll_<name> (+ _lo / _hi) and kl_<name>, shown on the grid's hover"),
+    effects_prompts: int = typer.Option(2, help="--effects: the first N text prompts (the exact effects cost hundreds of scans)"),
+    effects_tokens: int = typer.Option(256, help="--effects: each prompt cut to its first N tokens"),
+    effects_from: Optional[Path] = typer.Option(None, "--effects-from", help="join an effects.csv already measured (interp "
+                                                "effects) instead of running --effects"),
 ) -> None:
     """Head atlas: what every head does. Runs a text pass and a repeated-random pass of the same size (and with --retrieval
     the needle-in-a-haystack pass) and labels every head: SDH, sink, previous-token, duplicate-token, induction, echo,
@@ -45,7 +53,9 @@ def atlas(
     prev_token_score, duplicate_token_score, induction_score; repeated-random rr_prev_token_score,
     rr_duplicate_token_score, rr_induction_score, rr_echo_score; with --support N, support_<role>: the share of N
     bootstrap resamples of the prompts in which the head holds the role), atlas_roles.csv, atlas_cooccurrence.csv,
-    atlas_ablation.csv (--ablate), atlas.html, and the text pass's heads.csv, report.html and state/.
+    atlas_ablation.csv (--ablate), atlas.html, and the text pass's heads.csv, report.html and state/. With --effects (or
+    --effects-from) atlas.csv also holds each head's causal effect (dnll_<intervention>, its interval, kl_<intervention>):
+    where the head looks and what removing it costs, side by side on the grid's hover.
     """
     t_start = time.perf_counter()
     from interp.experiments.atlas import check_text_corpus
@@ -63,6 +73,7 @@ def atlas(
                                       depths=tuple(float_list(depths, "--depths", "0.1,0.5,0.9"))).check()
         except InterpError as err:
             fail(err)
+    eff_cfg, eff_cols = _effects_options(effects, effects_prompts, effects_tokens, effects_from, prompts, tokens)
     check_paths(out, writes="atlas.csv, atlas.html, heads.csv, report.html, state/", model=model)
     check_engine(engine, device)
 
@@ -74,12 +85,14 @@ def atlas(
     try:
         cfg = AtlasConfig(corpus=corpus, prompts=prompts, tokens=tokens, seed=seed, repeats=repeats, ablate=ablate,
                           n_remove=n_remove, inp=inp, scan=ScanConfig(block_size=block_size), retrieval=ret_cfg,
-                          support=support)
+                          support=support, effects=eff_cfg, effects_prompts=effects_prompts, effects_tokens=effects_tokens)
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype)
         res = run_atlas(m, cfg, progress=True, engine=engine, log=lambda s: console.print(escape(s), soft_wrap=True))
     except InterpError as err:
         fail(err)
+    if eff_cols is not None:
+        res.table = res.table.merge(eff_cols, on=["layer", "head"], how="left")
     write_atlas(res, out, m.tokenizer)
     t = res.table
     counts = ", ".join(f"{r.name} {int(t[f'role_{r.name}'].sum())}" for r in ROLES)
@@ -91,3 +104,31 @@ def atlas(
     secs = ", ".join(f"{k.replace('_', '-')} {v:.1f} s" for k, v in res.seconds.items())
     console.print(f"{escape(m.card.name)}: {len(t)} heads; roles: {counts}. Passes: {secs}; total "
                   f"{time.perf_counter() - t_start:.1f} s wall; wrote {out}/atlas.csv and {out}/atlas.html", soft_wrap=True)
+
+
+def _effects_options(effects: Optional[str], n_prompts: int, n_tokens: int, effects_from: Optional[Path], prompts: int,
+                     tokens: int):
+    """``(EffectsConfig or None, effect columns of --effects-from or None)``, checked before the model loads; a bad
+    option is one line and exit 2."""
+    if effects is None and effects_from is None:
+        return None, None
+    try:
+        if effects is not None and effects_from is not None:
+            raise ConfigError("--effects runs the effects and --effects-from joins measured ones: give one of them")
+        if effects_from is not None:
+            import pandas as pd
+
+            from interp.experiments.atlas import effect_columns
+
+            if not effects_from.is_file():
+                raise ConfigError(f"--effects-from {effects_from}: no such file; give an effects.csv written by interp effects")
+            return None, effect_columns(pd.read_csv(effects_from))
+        from interp.experiments.effects import EffectsConfig, parse_interventions
+
+        if not 1 <= n_prompts <= prompts:
+            raise ConfigError(f"--effects-prompts must lie in 1..{prompts} (the text pass's prompts), got {n_prompts}")
+        if not 2 <= n_tokens <= tokens:
+            raise ConfigError(f"--effects-tokens must lie in 2..{tokens} (the text pass's tokens), got {n_tokens}")
+        return EffectsConfig(interventions=parse_interventions(effects)).check(n_tokens=n_tokens), None
+    except InterpError as err:
+        fail(err)

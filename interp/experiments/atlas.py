@@ -105,6 +105,12 @@ class AtlasConfig:
         support: bootstrap resamples of the prompts (each pass resampled with replacement) for each head's role
             support, ``support_<role>`` in the table (``role_support``); 0: off. The passes then scan one prompt at a
             time (same sums, ``merge_results``) so that each prompt's state can be reweighted.
+        effects: an ``interp.experiments.effects.EffectsConfig`` to also measure every head's causal effect on the
+            text pass's prompts (``head_effects``: one clean pass caching the residual stream, then every head x
+            intervention), joined as ``effect_columns``; None: off.
+        effects_prompts, effects_tokens: the effects run on the first ``effects_prompts`` text prompts cut to their
+            first ``effects_tokens`` tokens (None: all of them; the exact effects cost hundreds of scans, so a CPU
+            run takes a few short prompts).
     """
 
     corpus: str = "pydoc"
@@ -118,12 +124,15 @@ class AtlasConfig:
     scan: ScanConfig = field(default_factory=ScanConfig)
     retrieval: object | None = None
     support: int = 0
+    effects: object | None = None
+    effects_prompts: int | None = None
+    effects_tokens: int | None = None
 
 
 @dataclass
 class AtlasResult:
     """``table``: one row per head (``atlas_table``); ``text``, ``rr``: the two scans; ``retrieval``: the retrieval result
-    or None; ``attainable``: the shares the role thresholds scale with (``thresholds``' keys, with their ``*_chance``
+    or None; ``effects``: the ``EffectsResult`` of ``AtlasConfig.effects`` or None; ``attainable``: the shares the role thresholds scale with (``thresholds``' keys, with their ``*_chance``
     floors); ``seconds``: wall time per pass."""
 
     table: pd.DataFrame
@@ -133,6 +142,7 @@ class AtlasResult:
     attainable: dict[str, float]
     seconds: dict[str, float]
     config: AtlasConfig
+    effects: object | None = None
 
 
 def attainable(prompts: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -494,7 +504,41 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
         sup = role_support(text_parts, rr_parts, list(text_p), list(rr_p), cfg.support, cfg.seed, joined)
         table = table.merge(sup, on=["layer", "head"], how="left")
         seconds["support"] = time.perf_counter() - t0
-    return AtlasResult(table, text, rr, ret, shares, seconds, cfg)
+    eff = None
+    if cfg.effects is not None:
+        from interp.experiments.effects import head_effects
+
+        t0 = time.perf_counter()
+        p = text_p[:cfg.effects_prompts, :cfg.effects_tokens]
+        log(f"effects: every head x {', '.join(cfg.effects.interventions)} on {p.shape[0]} x {p.shape[1]} text tokens")
+        eff = head_effects(model, p, cfg.effects, progress=progress)
+        table = table.merge(effect_columns(eff.table), on=["layer", "head"], how="left")
+        seconds["effects"] = time.perf_counter() - t0
+    return AtlasResult(table, text, rr, ret, shares, seconds, cfg, eff)
+
+
+def effect_columns(effects: pd.DataFrame) -> pd.DataFrame:
+    """An ``effects.csv`` table (long: one row per head and intervention) as atlas columns (wide: one row per head):
+    ``layer, head`` and per intervention ``dnll_<name>``, ``dnll_<name>_lo``, ``dnll_<name>_hi``, ``kl_<name>`` (nats;
+    ``interp.experiments.effects``), so the atlas shows "where it looks" and "what it does" side by side.
+
+    Raises:
+        ConfigError: a table without ``layer, head, intervention, dnll`` or with a head twice for one intervention.
+    """
+    from interp.errors import ConfigError
+
+    need = {"layer", "head", "intervention", "dnll"}
+    if not need <= set(effects.columns):
+        raise ConfigError(f"an effects table needs the columns {', '.join(sorted(need))} (interp effects' effects.csv); "
+                          f"got {', '.join(effects.columns)}")
+    if effects.duplicated(["layer", "head", "intervention"]).any():
+        raise ConfigError("the effects table holds a head twice for one intervention: give one run's effects.csv")
+    values = [c for c in ("dnll", "dnll_lo", "dnll_hi", "kl") if c in effects]
+    wide = effects.pivot(index=["layer", "head"], columns="intervention", values=values)
+    wide.columns = [f"{v}_{k}" if v in ("dnll", "kl") else f"dnll_{k}_{v[len('dnll_'):]}" for v, k in wide.columns]
+    order = [f"{c}_{k}" if c in ("dnll", "kl") else f"dnll_{k}_{c[len('dnll_'):]}"
+             for k in dict.fromkeys(effects["intervention"]) for c in values]
+    return wide[order].reset_index()
 
 
 def _scan_pass(model, prompts, cfg: ScanConfig, meta: dict, support: int, progress: bool,

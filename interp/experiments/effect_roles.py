@@ -4,13 +4,14 @@ the roles of ``interp.experiments.atlas``.
 - ``role_effects``: per intervention and role, the mean ``dnll`` of the role's heads against layer-matched random
   heads (each role head replaced by a head drawn from its own layer, ``draws`` times, seeded): the 2.5 / 97.5
   percentiles of the random means and the share of draws whose mean reaches the role's (a one-sided permutation
-  p-value). Layer matching matters: on short natural text the early layers dominate the effects, so a role that
+  p-value), and a bootstrap interval of the role's mean over its heads. Layer matching matters: on short natural text the early layers dominate the effects, so a role that
   lives in early layers would look important against heads drawn from everywhere.
 - ``streaming_auc``: DuoAttention's criterion (Xiao et al. 2024) read causally. A head is streaming when restricting
   it to the sink and recent keys leaves the output unchanged; the atlas labels heads streaming from where their
   attention goes (distant mass). The ROC AUC of the label for predicting a small causal effect: the probability that a
   labelled head's ``dnll`` under the ``streaming`` intervention is below an unlabelled head's (0.5: no better than
-  chance, 1: every labelled head is streamed more cheaply than every other head).
+  chance, 1: every labelled head is streamed more cheaply than every other head), ``sklearn.metrics.roc_auc_score``.
+- ``youden_threshold``: the threshold of a score (distant mass) that best separates a causal label, by Youden's J.
 
 Reads tables only (an ``effects.csv`` and an ``atlas.csv``); it runs no model.
 """
@@ -42,8 +43,9 @@ def role_effects(effects: pd.DataFrame, atlas: pd.DataFrame, roles: tuple[str, .
         draws: random layer-matched head sets per role and intervention; seed: their RNG seed.
 
     Returns:
-        One row per (intervention, role): ``intervention, role, heads, mean_dnll, median_dnll, random_mean,
-        random_lo, random_hi, p_greater`` (share of random draws whose mean dnll >= the role's mean).
+        One row per (intervention, role): ``intervention, role, heads, mean_dnll, mean_lo, mean_hi`` (95% percentile
+        bootstrap of the mean over the role's heads, ``draws`` resamples), ``median_dnll, random_mean, random_lo,
+        random_hi, p_greater`` (share of random draws whose mean dnll >= the role's mean).
 
     Raises:
         ConfigError: tables without the needed columns.
@@ -67,7 +69,10 @@ def role_effects(effects: pd.DataFrame, atlas: pd.DataFrame, roles: tuple[str, .
                 rand += pool[rng.integers(0, len(pool), size=(draws, k))].sum(1)
             rand /= len(on)
             m = float(on["dnll"].mean())
+            x = on["dnll"].to_numpy()
+            boot = x[rng.integers(0, len(x), size=(draws, len(x)))].mean(1)
             rows.append({"intervention": kind, "role": role, "heads": len(on), "mean_dnll": m,
+                         "mean_lo": float(np.quantile(boot, 0.025)), "mean_hi": float(np.quantile(boot, 0.975)),
                          "median_dnll": float(on["dnll"].median()), "random_mean": float(rand.mean()),
                          "random_lo": float(np.quantile(rand, 0.025)), "random_hi": float(np.quantile(rand, 0.975)),
                          "p_greater": float((rand >= m).mean())})
@@ -77,7 +82,8 @@ def role_effects(effects: pd.DataFrame, atlas: pd.DataFrame, roles: tuple[str, .
 def streaming_auc(effects: pd.DataFrame, atlas: pd.DataFrame, label: str = "role_streaming",
                   intervention: str = "streaming") -> float:
     """ROC AUC of the atlas's streaming label for a small causal streaming effect (module docstring): the probability
-    that a labelled head's ``dnll`` under ``intervention`` is below an unlabelled head's, ties counting one half.
+    that a labelled head's ``dnll`` under ``intervention`` is below an unlabelled head's, ties counting one half
+    (``sklearn.metrics.roc_auc_score`` of the label against ``-dnll``).
 
     Raises:
         ConfigError: no rows of ``intervention``, or the label holds for all or none of the heads.
@@ -88,8 +94,33 @@ def streaming_auc(effects: pd.DataFrame, atlas: pd.DataFrame, label: str = "role
     y = t[label].astype(bool).to_numpy()
     if y.all() or not y.any():
         raise ConfigError(f"{label} holds for {'every' if y.all() else 'no'} head: the AUC is undefined")
-    x = t["dnll"].to_numpy()
-    pos, neg = x[y], x[~y]
-    less = (pos[:, None] < neg[None, :]).mean()
-    ties = (pos[:, None] == neg[None, :]).mean()
-    return float(less + 0.5 * ties)
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, -t["dnll"].to_numpy()))
+
+
+def youden_threshold(score, positive) -> tuple[float, float, float]:
+    """The threshold on ``score`` that best separates ``positive`` heads (predicted when ``score <= threshold``) from
+    the others by Youden's J (true-positive rate minus false-positive rate, maximal; Youden 1950), from
+    ``sklearn.metrics.roc_curve``: how an attention-pattern rule's threshold is re-derived from a causal label.
+
+    Args:
+        score: ``[head]`` scores (e.g. distant mass), smaller = more likely positive.
+        positive: ``[head]`` bools (e.g. causally streamable).
+
+    Returns:
+        ``(threshold, tpr, fpr)`` at the best J (the threshold is a value of ``score``).
+
+    Raises:
+        ConfigError: lengths differ, NaN scores, or ``positive`` all true or all false.
+    """
+    from sklearn.metrics import roc_curve
+
+    x, y = np.asarray(score, dtype=float), np.asarray(positive, dtype=bool)
+    if x.shape != y.shape or np.isnan(x).any():
+        raise ConfigError(f"youden_threshold needs one finite score per label, got {x.shape} scores and {y.shape} labels")
+    if y.all() or not y.any():
+        raise ConfigError("youden_threshold needs both positive and negative heads")
+    fpr, tpr, thr = roc_curve(y, -x)
+    k = int(np.argmax(tpr - fpr))
+    return float(-thr[k]), float(tpr[k]), float(fpr[k])

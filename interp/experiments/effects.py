@@ -23,6 +23,10 @@ many heads of one layer run side by side as batch rows (``head_intervention(...,
 distribution comes from the cached final residual through the same norm and head. ``naive_effects`` runs the full
 model once per head, intervention and prompt; the tests hold the two equal to 1e-4 nats.
 
+``score_from`` scores only the predictions of tokens ``score_from..N-1`` (e.g. the second copy of repeated random
+tokens); only those positions go through the LM head. ``set_effects`` removes whole sets of heads at once (one batch
+row per set, full forwards): the masking tests of Wu et al. and Olsson et al.
+
 Memory: the cached residual stream is ``(L + 1) x P x N x d_model`` floats (SmolLM2, 8 x 512: 0.3 GB); one forward's
 logits are ``rows x N x vocab`` floats, and ``max_logits_gb`` bounds the rows per forward.
 
@@ -97,6 +101,9 @@ class EffectsConfig:
         bootstrap: prompt resamples for ``dnll_lo`` / ``dnll_hi``; seed: their RNG seed.
         max_logits_gb: bound on one forward's logits (rows x pos x vocab float32), which sets rows per forward.
         batch_rows: rows per forward (None: from ``max_logits_gb``).
+        score_from: the first target position scored: ``dnll`` and ``kl`` average the predictions of tokens
+            ``score_from..N-1`` (1, the default: every prediction; e.g. the second copy of a repeated sequence for
+            Olsson et al.'s induction test). Only those positions go through the LM head (``logits_to_keep``).
     """
 
     interventions: tuple[str, ...] = ("zero", "mean", "streaming")
@@ -108,6 +115,7 @@ class EffectsConfig:
     seed: int = 0
     max_logits_gb: float = 1.0
     batch_rows: int | None = None
+    score_from: int = 1
 
     def check(self, n_layers: int | None = None, n_heads: int | None = None, n_tokens: int | None = None) -> "EffectsConfig":
         """Check every setting (against the model's grid and the prompt length where given); returns self.
@@ -134,6 +142,9 @@ class EffectsConfig:
             raise ConfigError(f"n_remove must be >= 1 plane (or None for the whole band), got {self.n_remove}")
         if self.batch_rows is not None and self.batch_rows < 1:
             raise ConfigError(f"batch_rows must be >= 1, got {self.batch_rows}")
+        if self.score_from < 1 or (n_tokens is not None and self.score_from > n_tokens - 1):
+            raise ConfigError(f"score_from must lie in 1..{'N-1' if n_tokens is None else n_tokens - 1} (a target position "
+                              f"with a prediction before it), got {self.score_from}")
         if not self.max_logits_gb > 0:
             raise ConfigError(f"max_logits_gb must be > 0, got {self.max_logits_gb}")
         return self
@@ -184,14 +195,16 @@ def clean_dist(logits: Float[torch.Tensor, "pos vocab"]) -> tuple[torch.Tensor, 
 
 def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean: Sequence[tuple[torch.Tensor, torch.Tensor]],
                 tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the mean over its ``N - 1`` predictions of ``NLL(intervened) - NLL(clean)`` and of
-    ``KL(clean || intervened)`` (nats).
+    """Per row, the mean over its predictions of ``NLL(intervened) - NLL(clean)`` and of ``KL(clean || intervened)``
+    (nats). ``logits`` may hold only the last ``K`` positions (``logits_to_keep=K``): the predictions are then those of
+    the last ``K - 1`` tokens (``K = N``: all ``N - 1``).
 
     Float32, one row at a time (log-softmax, then ``sum p_clean (log p_clean - log p)``): the per-position error is
     about 1e-6 nats, so a KL of identical distributions can read as -1e-6.
 
     Args:
-        logits: intervened logits; clean: per row ``clean_dist`` of its prompt; tokens: ``[row, pos]`` ids.
+        logits: ``[row, K, vocab]`` intervened logits of the last ``K`` positions; clean: per row ``clean_dist`` of its
+            prompt (from the same ``K`` positions); tokens: ``[row, pos]`` ids.
 
     Returns:
         ``(dnll [row], kl [row])`` float64.
@@ -200,7 +213,7 @@ def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean: Sequence[tu
     for b in range(logits.shape[0]):
         lp = torch.log_softmax(logits[b, :-1].float(), -1)
         lc, pc = clean[b]
-        nxt = tokens[b, 1:].to(lp.device)[:, None]
+        nxt = tokens[b, tokens.shape[1] - logits.shape[1] + 1:].to(lp.device)[:, None]
         dn[b] = float((lc.gather(1, nxt) - lp.gather(1, nxt)).double().mean())
         kl[b] = float((pc * (lc - lp)).sum(-1).double().mean())
     return dn, kl
@@ -240,6 +253,11 @@ def _setup(model, prompts, config) -> tuple["EffectsConfig", torch.Tensor, list[
     cfg.check(model.card.n_layers, model.card.n_heads, toks.shape[1])
     L, H = model.card.n_layers, model.card.n_heads
     return cfg, toks, sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
+
+
+def kept(config: "EffectsConfig", n_tokens: int) -> dict:
+    """``logits_to_keep`` keyword of a forward whose predictions start at ``config.score_from`` (empty for all)."""
+    return {} if config.score_from <= 1 else {"logits_to_keep": n_tokens - config.score_from + 1}
 
 
 def _prompts(prompts) -> torch.Tensor:
@@ -308,9 +326,9 @@ class CleanPass:
     as_tuple: bool
 
 
-def clean_pass(model, prompts: torch.Tensor) -> CleanPass:
+def clean_pass(model, prompts: torch.Tensor, score_from: int = 1) -> CleanPass:
     """One clean forward per prompt: cache the residual stream at every layer's input and after the last layer, the
-    heads' mean outputs and the NLL (see ``CleanPass``)."""
+    heads' mean outputs and the NLL of the tokens at positions ``score_from..N-1`` (see ``CleanPass``)."""
     layers = decoder_layers(model.hf)
     L = len(layers)
     P, N = prompts.shape
@@ -339,19 +357,19 @@ def clean_pass(model, prompts: torch.Tensor) -> CleanPass:
             for p in range(P):
                 cur["p"] = p
                 t = prompts[p].to(model.device)
-                logits = model.hf(t[None], use_cache=False).logits[0, :-1].float()
-                nll[p] = float(torch.nn.functional.cross_entropy(logits, t[1:], reduction="mean"))
+                logits = model.hf(t[None], use_cache=False).logits[0, score_from - 1:-1].float()
+                nll[p] = float(torch.nn.functional.cross_entropy(logits, t[score_from:], reduction="mean"))
     finally:
         for h in handles:
             h.remove()
     return CleanPass(resid, rec.means(), nll, cur["tuple"])
 
 
-def _clean_dists(model, clean: CleanPass, prompt_idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _clean_dists(model, clean: CleanPass, prompt_idx: torch.Tensor, keep: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``clean_dist`` of the given prompts, from the cached final residual through the model's own final norm and LM
-    head (every layer a pass-through)."""
+    head (every layer a pass-through); ``keep``: ``kept(config, N)``."""
     with skip_layers(model, clean.resid.shape[0] - 1, clean.as_tuple):
-        logits = model.hf(inputs_embeds=clean.resid[-1, prompt_idx], use_cache=False).logits
+        logits = model.hf(inputs_embeds=clean.resid[-1, prompt_idx], use_cache=False, **keep).logits
     return [clean_dist(x) for x in logits]
 
 
@@ -390,7 +408,8 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
     L, H = model.card.n_layers, model.card.n_heads
     P, N = toks.shape
     t0 = time.perf_counter()
-    clean = clean_pass(model, toks)
+    clean = clean_pass(model, toks, cfg.score_from)
+    keep = kept(cfg, N)
     ref_means = clean.means if means is None else torch.as_tensor(means)
     t_clean = time.perf_counter() - t0
     if log:
@@ -417,11 +436,11 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
                         cache = {p: cache[p] for p in need if p in cache}
                         missing = [p for p in need if p not in cache]
                         if missing:
-                            cache.update(zip(missing, _clean_dists(model, clean, torch.tensor(missing, device=dev))))
+                            cache.update(zip(missing, _clean_dists(model, clean, torch.tensor(missing, device=dev), keep)))
                         pidx = torch.tensor([p for p, _ in chunk], device=dev)
                         with head_intervention(model, [(l, h) for _, h in chunk], rows=[[i] for i in range(len(chunk))], **kw), \
                                 skip_layers(model, l, clean.as_tuple):
-                            logits = model.hf(inputs_embeds=clean.resid[l, pidx], use_cache=False).logits
+                            logits = model.hf(inputs_embeds=clean.resid[l, pidx], use_cache=False, **keep).logits
                         d1, k1 = token_stats(logits, [cache[p] for p, _ in chunk], toks[pidx.cpu()])
                         for i, (p, h) in enumerate(chunk):
                             r = index[(l, h, name)]
@@ -447,9 +466,11 @@ def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progre
     P, N = toks.shape
     t0 = time.perf_counter()
     ref_means = head_means(model, toks) if means is None and "mean" in cfg.interventions else means
+    keep = kept(cfg, N)
     with torch.inference_mode():
-        clean = [clean_dist(model.hf(toks[p][None].to(model.device), use_cache=False).logits[0]) for p in range(P)]
-    nll = np.array([float(-lc.gather(1, toks[p, 1:, None].to(lc.device)).double().mean()) for p, (lc, _) in enumerate(clean)])
+        clean = [clean_dist(model.hf(toks[p][None].to(model.device), use_cache=False, **keep).logits[0]) for p in range(P)]
+    nll = np.array([float(-lc.gather(1, toks[p, cfg.score_from:, None].to(lc.device)).double().mean())
+                    for p, (lc, _) in enumerate(clean)])
     order = _order(heads, cfg.interventions)
     dn, kl = np.zeros((len(order), P)), np.zeros((len(order), P))
     bar = _progress(len(order) * P, progress, f"effects (naive) {model.card.name}")
@@ -458,7 +479,7 @@ def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progre
             for r, (l, h, name) in enumerate(order):
                 with head_intervention(model, [(l, h)], **intervention_kwargs(name, cfg, ref_means)):
                     for p in range(P):
-                        logits = model.hf(toks[p][None].to(model.device), use_cache=False).logits
+                        logits = model.hf(toks[p][None].to(model.device), use_cache=False, **keep).logits
                         d1, k1 = token_stats(logits, [clean[p]], toks[p][None])
                         dn[r, p], kl[r, p] = d1[0], k1[0]
                         bar.update(1)
@@ -469,12 +490,67 @@ def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progre
     return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, float(nll.mean()), nll, meta)
 
 
+def set_effects(model, prompts, sets: Sequence[Sequence[tuple[int, int]]], intervention: str = "zero",
+                config: EffectsConfig | None = None, *, means: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The joint effect of intervening on every head of a set at once, for many sets: the loss change when a group
+    of heads is removed together (Wu et al.'s and Olsson et al.'s masking tests; DuoAttention streams many heads at once).
+
+    Each set runs as one batch row of a full forward of the model (``head_intervention(..., rows=...)``: row ``i``
+    changes the heads of set ``i`` and nothing else), so the sets of one prompt share forwards. An empty set is the
+    clean model (``dnll`` = ``kl`` = 0).
+
+    Args:
+        model: a ``LoadedModel``; prompts: ``[prompt, pos]`` token ids.
+        sets: head sets, each a sequence of ``(layer, head)`` pairs.
+        intervention: a name of ``INTERVENTIONS``; config: its options (``sink``, ``window``, ``n_remove``,
+            ``score_from``, ``batch_rows`` / ``max_logits_gb``); ``config.heads`` and ``config.interventions`` are ignored.
+        means: ``[layer, head, d_head]`` references for ``mean`` (default: ``head_means`` of ``prompts``).
+
+    Returns:
+        ``(dnll [set, prompt], kl [set, prompt], clean_nll [prompt])`` float64, nats per scored prediction
+        (``score_from..N-1``).
+
+    Raises:
+        ConfigError: an unknown intervention, a head outside the grid, bad settings, prompts not ``[prompt, pos]``.
+    """
+    from interp.hooks.heads import head_means
+
+    parse_interventions([intervention])
+    cfg = config or EffectsConfig()
+    toks = _prompts(prompts)
+    P, N = toks.shape
+    L, H = model.card.n_layers, model.card.n_heads
+    cfg.check(L, H, N)
+    sets = [check_heads(s, L, H) if len(s) else [] for s in sets]
+    if intervention == "mean" and means is None:
+        means = head_means(model, toks)
+    kw = intervention_kwargs(intervention, cfg, means)
+    keep = kept(cfg, N)
+    B = _rows_per_forward(cfg, N - cfg.score_from + 1, model.card.vocab_size)
+    todo = [i for i, s in enumerate(sets) if s]
+    dn, kl, nll = np.zeros((len(sets), P)), np.zeros((len(sets), P)), np.zeros(P)
+    with torch.inference_mode():
+        for p in range(P):
+            t = toks[p][None].to(model.device)
+            cd = clean_dist(model.hf(t, use_cache=False, **keep).logits[0])
+            nll[p] = float(-cd[0].gather(1, toks[p, cfg.score_from:, None].to(cd[0].device)).double().mean())
+            for s0 in range(0, len(todo), B):
+                chunk = todo[s0:s0 + B]
+                heads = [hd for i in chunk for hd in sets[i]]
+                rows = [[r] for r, i in enumerate(chunk) for _ in sets[i]]
+                with head_intervention(model, heads, rows=rows, **kw):
+                    logits = model.hf(t.expand(len(chunk), -1), use_cache=False, **keep).logits
+                d1, k1 = token_stats(logits, [cd] * len(chunk), toks[p][None].expand(len(chunk), -1))
+                dn[chunk, p], kl[chunk, p] = d1, k1
+    return dn, kl, nll
+
+
 def _meta(model, cfg: EffectsConfig, toks: torch.Tensor, method: str, secs: float, nll: np.ndarray, extra: dict) -> dict:
     c = asdict(cfg)
     c["heads"] = "all" if cfg.heads is None else [f"{l}:{h}" for l, h in cfg.heads]
     return {"model": model.card.name, "prompts": int(toks.shape[0]), "tokens": int(toks.shape[1]), "method": method,
             "clean_nll": float(nll.mean()), "clean_nll_prompt": [float(x) for x in nll],
-            "predictions": int(toks.shape[0] * (toks.shape[1] - 1)), "config": c, "seconds": secs,
+            "predictions": int(toks.shape[0] * (toks.shape[1] - cfg.score_from)), "config": c, "seconds": secs,
             "device": str(model.device), **extra}
 
 

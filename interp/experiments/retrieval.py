@@ -471,3 +471,79 @@ def retrieval_table(hits: Int[torch.Tensor, "trial layer head"], needle_tokens: 
                          "retrieval_score": score.numpy().ravel(), "retrieval_score_all": per.mean(0).numpy().ravel(),
                          "hits": hits[r].sum(0).numpy().ravel(), "hits_all": hits.sum(0).numpy().ravel(),
                          "trials_retrieved": int(r.sum()), "trials": T})
+
+
+# ------------------------------------------------------------------------------------------------ masking (Wu et al.)
+
+def greedy_answer(model, prompt: Int[torch.Tensor, "pos"], max_new_tokens: int,
+                  stop: Callable[[int], bool] | None = None) -> torch.Tensor:
+    """The tokens ``greedy_decode`` generates, without reading any attention: prefill ``prompt[:-1]``, feed
+    ``prompt[-1]`` and then each generated token (KV cache on, only the last position through the LM head).
+
+    Runs whatever forward hooks are active, so inside ``interp.hooks.heads.head_intervention`` it decodes the
+    intervened model (Wu et al.'s masking test).
+
+    Returns:
+        ``[step]`` int64 generated ids (the stop token included).
+
+    Raises:
+        PromptError: empty prompt.
+    """
+    prompt = torch.as_tensor(prompt, dtype=torch.long).flatten()
+    if prompt.numel() < 1:
+        raise PromptError("greedy_answer needs a prompt of at least one token")
+    dev, gen, past = model.device, [], None
+    with torch.inference_mode():
+        if prompt.numel() > 1:
+            past = model.hf(prompt[None, :-1].to(dev), use_cache=True, logits_to_keep=1).past_key_values
+        inp = prompt[-1:]
+        for _ in range(max_new_tokens):
+            out = model.hf(inp[None].to(dev), past_key_values=past, use_cache=True)
+            past, nxt = out.past_key_values, int(out.logits[0, -1].argmax())
+            gen.append(nxt)
+            if stop is not None and stop(nxt):
+                break
+            inp = torch.tensor([nxt])
+    return torch.tensor(gen, dtype=torch.long)
+
+
+def masked_recall(model, cfg: RetrievalConfig, head_sets: dict[str, list[tuple[int, int]]], kind: str = "zero",
+                  log: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Needle-in-a-haystack accuracy with sets of heads removed (Wu et al. 2024, Sec. 4 / Fig. 6: masking the top
+    retrieval heads against as many random heads).
+
+    Every set in ``head_sets`` (name -> ``(layer, head)`` pairs; an empty list: the unmodified model) runs every trial
+    of ``cfg``'s grid (``build_trial``: the same prompts as ``run_retrieval``) under
+    ``head_intervention(model, heads, kind)``, decoding greedily (``greedy_answer``); the answer's ROUGE-1 recall
+    (``rouge1_recall``) is the accuracy.
+
+    Returns:
+        One row per (set, trial): ``set, length, depth, needle, needle_depth, rouge1_recall, response, seconds``.
+
+    Raises:
+        ConfigError: a bad config, an unknown ``kind`` or a head outside the grid. PromptError: a length too short.
+    """
+    from contextlib import nullcontext
+
+    from interp.hooks.heads import check_kind, head_intervention
+
+    cfg.check(model.card.context_length)
+    check_kind(kind)
+    hay = _Haystack(model)
+    stop = _stopper(model, cfg)
+    trials = [build_trial(model, hay, n, d, k, cfg) for n in cfg.lengths for d in cfg.depths for k in range(cfg.needles)]
+    rows = []
+    for name, heads in head_sets.items():
+        ctx = head_intervention(model, heads, kind) if heads else nullcontext()
+        with ctx:
+            for tr in trials:
+                t0 = time.perf_counter()
+                gen = greedy_answer(model, tr.ids, cfg.max_new_tokens, stop)
+                response = model.tokenizer.decode(gen.tolist(), skip_special_tokens=True).strip()
+                rows.append(dict(set=name, length=tr.length, depth=tr.depth, needle=tr.needle_index,
+                                 needle_depth=round(tr.needle_depth, 4), rouge1_recall=rouge1_recall(tr.needle.answer, response),
+                                 response=response, seconds=round(time.perf_counter() - t0, 3)))
+        if log:
+            done = [r["rouge1_recall"] for r in rows if r["set"] == name]
+            log(f"{model.card.name} {name}: recall {np.mean(done):.2f} over {len(done)} trials")
+    return pd.DataFrame(rows)

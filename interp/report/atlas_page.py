@@ -27,9 +27,23 @@ HOVER = ("slash_score", "slash_delta", "sink_weight", "prev_token_score", "dupli
          "inp_active_high", "inp_active_medium", "inp_active_low")
 
 
+def effect_hover(d: dict, table: pd.DataFrame) -> list[str]:
+    """Hover lines of a head's causal effects (``interp atlas --effects``: ``dnll_<name>`` with its 95% interval
+    ``dnll_<name>_lo`` / ``_hi``, and ``kl_<name>``, nats), one per intervention; empty without effect columns."""
+    out = []
+    for c in table.columns:
+        if c.startswith("dnll_") and not c.endswith(("_lo", "_hi")):
+            k = c[len("dnll_"):]
+            ci = f" [{html_kit.fmt(d[c + '_lo'])}, {html_kit.fmt(d[c + '_hi'])}]" if f"{c}_lo" in d and f"{c}_hi" in d else ""
+            kl = f", KL {html_kit.fmt(d['kl_' + k])}" if f"kl_{k}" in d else ""
+            out.append(f"what it does, {k}: dNLL = {html_kit.fmt(d[c])}{ci}{kl} nats")
+    return out
+
+
 def role_grid(table: pd.DataFrame) -> go.Figure:
-    """Layer x head grid coloured by each head's ``role`` (``interp.experiments.atlas``), every score and, with
-    ``role_support`` columns, the support of the head's roles on hover."""
+    """Layer x head grid coloured by each head's ``role`` (``interp.experiments.atlas``), every score, with
+    ``role_support`` columns the support of the head's roles, and with effect columns (``--effects``) the loss change
+    of each intervention on hover: where the head looks and what it does, side by side."""
     names = list(ROLE_NAMES) + ["none"]
     idx = {n: i for i, n in enumerate(names)}
     L, H = int(table["layer"].max()) + 1, int(table["head"].max()) + 1
@@ -39,7 +53,7 @@ def role_grid(table: pd.DataFrame) -> go.Figure:
     for r in table.itertuples(index=False):
         d = r._asdict()
         z[r.layer, r.head] = idx[r.role]
-        vals = "<br>".join(f"{c} = {html_kit.fmt(d[c])}" for c in cols)
+        vals = "<br>".join([f"{c} = {html_kit.fmt(d[c])}" for c in cols] + effect_hover(d, table))
         roles = d["roles"] if isinstance(d["roles"], str) else ""  # a table read back from CSV has NaN for none
         sup = ", ".join(f"{n} {html_kit.fmt(d[f'support_{n}'])}" for n in roles.split(";") if n and f"support_{n}" in d)
         text[r.layer, r.head] = (f"<b>L{r.layer}H{r.head}</b> (kv {r.kv_head}): {roles or 'no role'}"
@@ -133,6 +147,15 @@ def render_atlas(res: AtlasResult, report_link: str | None = "report.html") -> s
     bands = role_bands(summary)
     if bands is not None:
         parts.append(html_kit.figure(bands, "atlas-bands"))
+    if res.effects is not None:
+        m = res.effects.meta
+        parts += ["<h2>What each head does: causal effects</h2>",
+                  f'<p class="note">Every head x {html.escape(", ".join(m["config"]["interventions"]))} on {m["prompts"]} x '
+                  f'{m["tokens"]} tokens of the text pass (interp.experiments.effects.head_effects; clean NLL '
+                  f'{m["clean_nll"]:.4f} nats): the change of the mean next-token loss with the head changed, with its 95% '
+                  "bootstrap interval over prompts, and the KL from the clean distribution, on the grid's hover beside "
+                  "where the head looks. Columns dnll_&lt;intervention&gt;, dnll_&lt;intervention&gt;_lo / _hi and "
+                  "kl_&lt;intervention&gt; of atlas.csv.</p>"]
     if len(attr):
         parts += ["<h2>Band attribution: each role's score without the high / medium / low RoPE planes</h2>",
                   '<p class="note">Counterfactual (004 Table 5): attention recomputed in the same pass with six planes of '

@@ -43,3 +43,49 @@ def test_streaming_auc():
         streaming_auc(eff, atlas.assign(role_streaming=True))
     with pytest.raises(ConfigError, match="no 'streaming' rows"):
         streaming_auc(eff[eff["intervention"] == "zero"], atlas)
+
+
+def test_streaming_auc_is_the_pair_count_with_ties_and_equals_sklearn():
+    """A tiny case by hand: labelled heads' dnll {0.1, 0.3, 0.3}, others {0.2, 0.3, 0.5}: of the 9 pairs, a labelled head
+    is below an unlabelled one in 5 (0.1 < all three, 0.3 < 0.5 twice) and tied in 2, so AUC = (5 + 0.5 * 2) / 9."""
+    from sklearn.metrics import roc_auc_score
+
+    d = [0.1, 0.3, 0.3, 0.2, 0.3, 0.5]
+    lab = [True, True, True, False, False, False]
+    eff = pd.DataFrame({"layer": 0, "head": range(6), "intervention": "streaming", "dnll": d})
+    atlas = pd.DataFrame({"layer": 0, "head": range(6), "role_streaming": lab})
+    assert streaming_auc(eff, atlas) == pytest.approx(6 / 9)
+    assert streaming_auc(eff, atlas) == pytest.approx(roc_auc_score(lab, -np.array(d)))
+
+
+def test_youden_threshold_on_a_hand_case():
+    from interp.experiments.effect_roles import youden_threshold
+
+    mass = [0.05, 0.1, 0.2, 0.25, 0.4, 0.6]
+    streamable = [True, True, True, False, False, False]  # separable at 0.2: J = 1
+    assert youden_threshold(mass, streamable) == (0.2, 1.0, 0.0)
+    thr, tpr, fpr = youden_threshold([0.05, 0.5, 0.2, 0.25, 0.4, 0.6], streamable)
+    assert thr == 0.2 and tpr == pytest.approx(2 / 3) and fpr == 0.0  # J = 2/3 at 0.2 beats J = 1 - 2/3 at 0.5
+    with pytest.raises(ConfigError):
+        youden_threshold([0.1, 0.2], [True, True])
+
+
+def test_effect_columns_and_the_atlas_hover():
+    """The long effects table becomes one row per head with dnll_<name>, its interval and kl_<name>; the grid's hover
+    shows them."""
+    from interp.experiments.atlas import effect_columns
+    from interp.report.atlas_page import effect_hover
+
+    eff = pd.DataFrame({"layer": [0, 0, 0, 0], "head": [0, 1, 0, 1], "intervention": ["zero", "zero", "streaming", "streaming"],
+                        "dnll": [0.1, 0.2, 0.3, 0.4], "dnll_lo": [0.0, 0.1, 0.2, 0.3], "dnll_hi": [0.2, 0.3, 0.4, 0.5],
+                        "kl": [1.0, 2.0, 3.0, 4.0]})
+    w = effect_columns(eff)
+    assert list(w.columns) == ["layer", "head", "dnll_zero", "dnll_zero_lo", "dnll_zero_hi", "kl_zero", "dnll_streaming",
+                               "dnll_streaming_lo", "dnll_streaming_hi", "kl_streaming"]
+    assert w.loc[w["head"] == 1, "dnll_streaming_hi"].item() == 0.5 and w.loc[w["head"] == 0, "kl_zero"].item() == 1.0
+    lines = effect_hover(w.iloc[1].to_dict(), w)
+    assert len(lines) == 2 and "zero: dNLL = 0.2 [0.1, 0.3], KL 2" in lines[0]
+    with pytest.raises(ConfigError, match="twice"):
+        effect_columns(pd.concat([eff, eff]))
+    with pytest.raises(ConfigError, match="needs the columns"):
+        effect_columns(eff.drop(columns="dnll"))

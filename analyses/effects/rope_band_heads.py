@@ -1,0 +1,115 @@
+"""Do the strongest SDHs causally need the RoPE planes that the counterfactual band ablation says they use? (issue 32
+part 3; paper 004 Table 5 / Fig. 8, per head.)
+
+Per model, the ``--top`` SDHs of the atlas (``figures/atlas_<model>.csv``, ``is_sdh``) with the largest slash score.
+Counterfactual (where the head looks): the atlas's ``slash_score_wo_<band>`` / ``slash_score``, the head's own slash
+score at its own lag with six planes of the band unrotated, recomputed in the scan's pass (004's statistic, no effect on
+the model). Causal (what the model loses): ``interp.experiments.effects.head_effects`` with ``rope_high`` /
+``rope_medium`` / ``rope_low`` (the same six planes of the same band unrotated in that head alone, the model run with
+it) and ``zero`` (the head removed: the most the head can cost), on pydoc prompts: ``dnll`` with a 95% bootstrap
+interval over prompts.
+
+A head "needs" a band counterfactually where its slash score drops most without it (smallest ratio) and causally where
+the loss rises most; ``agree`` says whether the two name the same band, and ``share_of_zero`` = band ``dnll`` /
+zero ``dnll``.
+
+Writes ``figures/effects_rope_band.csv`` (one row per head and band) and ``figures/effects_rope_band_summary.csv`` (per
+model: heads, heads whose two bands agree, Spearman's rho of (1 - ratio) against ``dnll`` over heads x bands, the
+median ``dnll`` per band).
+
+    python analyses/effects/rope_band_heads.py [--models ...] [--top 8] [--prompts 2] [--tokens 256] [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import atlas_of, load_cpu, parser, run_models, write_rows  # noqa: E402
+
+BANDS = ("high", "medium", "low")
+
+
+def strongest_sdhs(atlas: pd.DataFrame, top: int) -> pd.DataFrame:
+    """The ``top`` SDHs (``is_sdh``) with the largest ``slash_score`` (all heads by slash score where none is an SDH,
+    e.g. a tiny random model)."""
+    sdh = atlas[atlas["is_sdh"].astype(bool)] if atlas["is_sdh"].astype(bool).any() else atlas
+    return sdh.sort_values("slash_score", ascending=False, kind="stable").head(top)
+
+
+def band_table(heads: pd.DataFrame, effects: pd.DataFrame) -> pd.DataFrame:
+    """One row per head and band: the counterfactual ``ratio`` (``slash_score_wo_<band>`` / ``slash_score``; NaN when
+    the atlas ran without band ablations), the causal ``dnll`` (``dnll_lo``, ``dnll_hi``, ``kl``) and the head's
+    ``dnll_zero``; per head, ``cf_band`` (smallest ratio), ``causal_band`` (largest ``dnll``) and ``agree``."""
+    e = effects.set_index(["layer", "head", "intervention"])
+    rows = []
+    for r in heads.itertuples():
+        z = e.loc[(r.layer, r.head, "zero")]
+        for b in BANDS:
+            x = e.loc[(r.layer, r.head, f"rope_{b}")]
+            cf = getattr(r, f"slash_score_wo_{b}", np.nan)
+            rows.append({"layer": r.layer, "head": r.head, "slash_delta": r.slash_delta, "slash_score": r.slash_score,
+                         "band": b, "ratio": cf / r.slash_score, "dnll": x["dnll"], "dnll_lo": x["dnll_lo"],
+                         "dnll_hi": x["dnll_hi"], "kl": x["kl"], "dnll_zero": z["dnll"], "share_of_zero": x["dnll"] / z["dnll"]})
+    t = pd.DataFrame(rows)
+    g = t.groupby(["layer", "head"])
+    cf_band = t.loc[g["ratio"].idxmin().dropna(), ["layer", "head", "band"]] if t["ratio"].notna().any() else None
+    causal_band = t.loc[g["dnll"].idxmax(), ["layer", "head", "band"]].rename(columns={"band": "causal_band"})
+    t = t.merge(causal_band, on=["layer", "head"])
+    if cf_band is not None:
+        t = t.merge(cf_band.rename(columns={"band": "cf_band"}), on=["layer", "head"], how="left")
+    else:
+        t["cf_band"] = np.nan
+    t["agree"] = t["cf_band"] == t["causal_band"]
+    return t
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    ap = parser(__doc__, "tiny-llama, its own small atlas, 2 x 32 tokens (seconds)")
+    ap.add_argument("--top", type=int, default=8, help="strongest SDHs per model")
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=256)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.top, args.prompts, args.tokens = 3, 2, 32
+    import interp
+    from scipy.stats import spearmanr
+
+    from interp.experiments.effects import EffectsConfig, head_effects
+
+    frames, summary = [], []
+    for name in run_models(args):
+        model = load_cpu(name)
+        heads = strongest_sdhs(atlas_of(model, args.quick), args.top)
+        prompts = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
+        pairs = tuple(zip(heads["layer"].astype(int), heads["head"].astype(int)))
+        cfg = EffectsConfig(interventions=("zero",) + tuple(f"rope_{b}" for b in BANDS), heads=pairs, bootstrap=1000)
+        print(f"{name}: {len(pairs)} SDHs x zero + three bands on {args.prompts} x {args.tokens} pydoc tokens", flush=True)
+        t = band_table(heads, head_effects(model, prompts, cfg, progress=True).table)
+        frames.append(t.assign(model=name, prompts=args.prompts, tokens=args.tokens))
+        per_head = t.drop_duplicates(["layer", "head"])
+        ok = t["ratio"].notna()
+        row = {"model": name, "heads": len(per_head), "agree": int(per_head["agree"].sum()),
+               "spearman": float(spearmanr(1 - t.loc[ok, "ratio"], t.loc[ok, "dnll"]).statistic) if ok.sum() > 2 else np.nan,
+               "prompts": args.prompts, "tokens": args.tokens}
+        for b in BANDS:
+            sel = t[t["band"] == b]
+            row[f"dnll_{b}"] = float(sel["dnll"].median())
+            row[f"ratio_{b}"] = float(sel["ratio"].median())
+            row[f"causal_{b}"] = int((per_head["causal_band"] == b).sum())
+            row[f"cf_{b}"] = int((per_head["cf_band"] == b).sum())
+        row["dnll_zero"] = float(per_head["dnll_zero"].median())
+        summary.append(row)
+    write_rows(pd.concat(frames, ignore_index=True), args.out / "effects_rope_band.csv")
+    df = write_rows(pd.DataFrame(summary), args.out / "effects_rope_band_summary.csv")
+    print(pd.DataFrame(summary).to_string(index=False))
+    return df
+
+
+if __name__ == "__main__":
+    main()
