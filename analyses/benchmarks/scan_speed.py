@@ -19,8 +19,8 @@ a load change on the machine hits all of them alike), then times one more defaul
 norms, the taps) and the final tables (``heads``). Peak resident memory comes from one subprocess per mode (so
 each peak is its own). Prints the table with the ratios and writes ``figures/scan_speed.csv``,
 ``figures/scan_speed_phases.csv`` (one row per length and phase, seconds and share of the scan) and
-``figures/scan_speed.png``; rows of other models (``--model``) already in the tables stay, rows of this model and these
-lengths are replaced.
+``figures/scan_speed.png``; rows already in the tables stay when they are another model's (``--model``) or this model's
+at other lengths measured on the same machine; this model's rows from another machine are dropped.
 
     python analyses/benchmarks/scan_speed.py [--lengths 1024 2048 4096 8192] [--repeats 2] [--model smollm2-135m]
 """
@@ -222,7 +222,9 @@ def main() -> None:
     for frame, name in ((table, "scan_speed.csv"), (phases, "scan_speed_phases.csv")):  # other models' rows stay
         old = out / name
         if old.exists() and "model" in pd.read_csv(old):
-            frame = replace_rows(pd.read_csv(old), frame, ["model", "n"] + (["phase"] if "phase" in frame else []))
+            prev = pd.read_csv(old)
+            prev = prev[(prev["model"] != args.model) | (prev["machine"] == machine)]  # never mix machines in one model's rows
+            frame = replace_rows(prev, frame, ["model", "n"] + (["phase"] if "phase" in frame else []))
         frame.to_csv(out / name, index=False)
     table = table.set_index("n")
     _plot(table, machine, args.model, out)
