@@ -364,7 +364,21 @@ class ScaledRope(RopeVariant):
 
 
 @dataclass(frozen=True)
-class ShuffledRope(RopeVariant):
+class _SeededPermutation(RopeVariant):
+    """A variant defined by one seeded permutation: ``seed`` (an integer >= 0) and the name ``{label}{seed}``."""
+
+    seed: int = 0
+    name: str = field(default="", kw_only=True)
+    label = ""  # class attribute, not a field: the name's prefix
+
+    def __post_init__(self):
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise ValueError(f"{type(self).__name__}: seed must be an integer >= 0, got {self.seed!r}")
+        _name_default(self, f"{self.label}{self.seed}")
+
+
+@dataclass(frozen=True)
+class ShuffledRope(_SeededPermutation):
     """The layer's frequencies on permuted planes: ``omega_l = inv_freq_{pi(l)}`` radians per token.
 
     A causal ablation (not from a paper): same spectrum, wrong plane for each frequency, so a head that
@@ -379,13 +393,7 @@ class ShuffledRope(RopeVariant):
         ValueError: negative or non-integer seed.
     """
 
-    seed: int = 0
-    name: str = field(default="", kw_only=True)
-
-    def __post_init__(self):
-        if not (isinstance(self.seed, int) and self.seed >= 0):
-            raise ValueError(f"ShuffledRope: seed must be an integer >= 0, got {self.seed!r}")
-        _name_default(self, f"shuffled{self.seed}")
+    label = "shuffled"
 
     def permutation(self, n_freq: int) -> torch.Tensor:
         """``[freq]`` int64: plane l gets the frequency of plane ``permutation[l]``."""
@@ -400,7 +408,7 @@ class ShuffledRope(RopeVariant):
 
 
 @dataclass(frozen=True)
-class ShuffledPositions(RopeVariant):
+class ShuffledPositions(_SeededPermutation):
     """The layer's own rotation at permuted positions: token ``i`` is rotated as if it sat at position ``pi(i)``.
 
     A null for the positional head roles (not from a paper): the text, the causal mask and the frequencies stay, only
@@ -415,13 +423,7 @@ class ShuffledPositions(RopeVariant):
         ValueError: negative or non-integer seed.
     """
 
-    seed: int = 0
-    name: str = field(default="", kw_only=True)
-
-    def __post_init__(self):
-        if not (isinstance(self.seed, int) and self.seed >= 0):
-            raise ValueError(f"ShuffledPositions: seed must be an integer >= 0, got {self.seed!r}")
-        _name_default(self, f"shuffled-positions{self.seed}")
+    label = "shuffled-positions"
 
     def angles(self, spec, positions, tokens=None):
         perm = torch.randperm(positions.numel(), generator=torch.Generator().manual_seed(self.seed)).to(positions.device)
