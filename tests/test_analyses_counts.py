@@ -119,3 +119,27 @@ def test_page_load_quick_sizes_and_browser_times(tmp_path):
     assert df.loc["report", "bytes"] > 10 * df.loc["empty", "bytes"]  # the report inlines plotly.js (megabytes)
     if mod.chromium():  # the in-page probe reported a time for every page
         assert written["load_ms_median"].notna().all() and (written["load_ms_median"] > 0).all()
+
+
+def test_long_range_ood_ratios_are_the_two_prompt_sets_scores_at_each_heads_lag(tmp_path):
+    """long_range_slash.py --ood (004 Table 6): each long-range SDH's slash_id / slash_ood are the per-prompt scores'
+    means at its lag on the text and the random prompts, the ratio their quotient, and the summary's shares and
+    median are those of the table's ratios."""
+    mod = load_script(ANALYSES / "p004_slash/long_range_slash.py")
+    mod.main(["--quick", "--ood", "--out", str(tmp_path)])
+    t = pd.read_csv(tmp_path / "long_range_ood.csv")
+    s = pd.read_csv(tmp_path / "long_range_ood_summary.csv").iloc[0]
+    heads = pd.read_csv(tmp_path / "long_range_tiny-llama_heads.csv")
+    assert len(t) == int(heads["fraction_loo_sdh"].sum()) == s["long_sdh"] and len(t)
+    np.testing.assert_allclose(t["ratio"], t["slash_ood"] / t["slash_id"], rtol=1e-12)
+    assert s["share_gt_0.5"] == pytest.approx((t["ratio"] > 0.5).mean()) and s["median_ratio"] == pytest.approx(t["ratio"].median())
+    assert s["share_gt_0.5_lo"] <= s["share_gt_0.5_hi"] and s["median_ratio_lo"] <= s["median_ratio_hi"]
+    # the per-prompt means at a head's lag equal a merged scan's score there (equal-length prompts)
+    import interp
+
+    model = interp.load_model("tiny-llama", device="cpu")
+    cfg = interp.ScanConfig(counterfactual_sinks=False, **mod.QUICK_LONG)
+    text = interp.corpus.prompts(model, "random", 3, 512, 0)
+    merged = interp.scan(model, text, cfg)
+    r = t.iloc[0]
+    assert float(merged.scores[int(r["layer"]), int(r["head"]), int(r["delta"])]) == pytest.approx(r["slash_id"], rel=1e-6)

@@ -24,7 +24,16 @@ Writes (``MODEL`` the model's name):
   fraction rule alone flagged; L18H7 at 1229, the old top head) with each prompt's own score, the mean, the hit
   count and both rules' verdicts.
 
-    python analyses/p004_slash/long_range_slash.py [--models smollm2-135m] [--prompts 3] [--tokens 6000] [--quick] [--out DIR]
+With ``--ood`` (004 App. C, Table 6: do long-range SDHs keep their slash on out-of-distribution input?) as many
+random-token prompts (uniform over the vocabulary without special tokens, seeded; as ``ood_ratio.py``) are scanned the
+same way, and for every long-range SDH of the text run (the default rule, at its lag) ``ratio = slash_ood / slash_id``:
+
+- ``long_range_ood.csv``: ``model, layer, head, delta, slash_id, slash_ood, ratio`` (one row per long-range SDH);
+- ``long_range_ood_summary.csv``: per model the number of long-range SDHs, the shares with ratio > 0.5 and > 1 and the
+  median ratio, with 95% bootstrap intervals over prompts (text and random prompts resampled independently, the heads
+  and lags fixed), and the random prompts' own long-range SDH count under the default rule.
+
+    python analyses/p004_slash/long_range_slash.py [--models smollm2-135m] [--prompts 3] [--tokens 6000] [--ood] [--quick] [--out DIR]
 
 ``--quick``: tiny-llama (context 512), 3 random-token prompts of 512 tokens with the long window moved to lags
 200..400 and 100 entries per prompt (``QUICK_LONG``), checks at two lags there; it tests the plumbing, no claim.
@@ -36,12 +45,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
 import interp  # noqa: E402
-from _common import parser  # noqa: E402
+from _common import parser, replace_rows  # noqa: E402
+from band_ablation import boot_index, interval  # noqa: E402
 from interp.measures.slash import consistent_lags, consistent_long_columns, long_lag_range  # noqa: E402
 from interp.report.tables import content_repeats, long_lag_table  # noqa: E402
 
@@ -92,26 +103,57 @@ def checks(result: interp.ScanResult, per_prompt: list[interp.ScanResult], cells
     return pd.DataFrame(rows)
 
 
+def per_prompt_scans(model, prompts, cfg, log: str = "") -> list[interp.ScanResult]:
+    """Each prompt scanned alone (``prompt_ids`` 0..n-1), so each prompt's own scores are at hand."""
+    t0 = time.perf_counter()
+    out = []
+    for i, p in enumerate(prompts):
+        out.append(interp.scan(model, p[None], cfg, prompt_ids=[i]))
+        print(f"{log}prompt {i + 1}/{len(prompts)} scanned, {time.perf_counter() - t0:.0f} s", flush=True)
+    return out
+
+
+def ood_table(name: str, heads: pd.DataFrame, text: list[interp.ScanResult], ood: list[interp.ScanResult],
+              reps: int = 2000) -> tuple[pd.DataFrame, dict]:
+    """The long-range SDHs of ``heads`` (``rule_heads`` of the text run, default rule) at their lags on the text and on the
+    random prompts: per head ``slash_id``, ``slash_ood`` (means over each set's prompts) and ``ratio``; and the summary
+    (module docstring) with 95% bootstrap intervals over prompts (``reps`` resamples)."""
+    sdh = heads[heads["fraction_loo_sdh"]]
+    idx = tuple(torch.tensor(sdh[c].astype("int64").tolist(), dtype=torch.long) for c in ("layer", "head", "fraction_loo_delta"))
+    s_id = torch.stack([r.scores[idx] for r in text]).double().numpy()   # [prompt, head]
+    s_ood = torch.stack([r.scores[idx] for r in ood]).double().numpy()
+    table = sdh[["layer", "head"]].assign(model=name, delta=idx[2].numpy(), slash_id=s_id.mean(0), slash_ood=s_ood.mean(0))
+    table["ratio"] = table["slash_ood"] / table["slash_id"]
+    table = table[["model", "layer", "head", "delta", "slash_id", "slash_ood", "ratio"]]
+    b_id, b_ood = boot_index(len(text), reps, seed=0), boot_index(len(ood), reps, seed=1)
+    ratio = s_ood[b_ood].mean(1) / s_id[b_id].mean(1)  # [rep, head]
+    row = {"model": name, "long_sdh": len(table), "boot": reps}
+    if len(table):
+        for key, stat in (("share_gt_0.5", lambda r: (r > 0.5).mean(-1)), ("share_gt_1", lambda r: (r > 1).mean(-1)),
+                          ("median_ratio", lambda r: np.median(r, -1))):
+            row[key] = float(stat(table["ratio"].to_numpy()))
+            row[f"{key}_lo"], row[f"{key}_hi"] = interval(stat(ratio))
+    return table, row
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 3 prompts x 512 tokens, long lags 200..400")
     ap.set_defaults(models=["smollm2-135m"])
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=6000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ood", action="store_true", help="also random-token prompts: each long-range SDH's OOD / text ratio (004 Table 6)")
     args = ap.parse_args(argv)
     models = ["tiny-llama"] if args.quick else [m for m in args.models if interp.models.is_installed(m)]
     n, t = (3, 512) if args.quick else (args.prompts, args.tokens)
     cfg = interp.ScanConfig(counterfactual_sinks=False, **(QUICK_LONG if args.quick else {}))
     args.out.mkdir(parents=True, exist_ok=True)
-    summary = []
+    summary, ood_rows, ood_summary = [], [], []
     for name in models:
         t0 = time.perf_counter()
         model = interp.load_model(name, device="cpu")
         prompts = interp.corpus.prompts(model, "random" if args.quick else "pydoc", n, t, args.seed)
-        per = []
-        for i, p in enumerate(prompts):
-            per.append(interp.scan(model, p[None], cfg, prompt_ids=[i]))
-            print(f"{name}: prompt {i + 1}/{n} scanned, {time.perf_counter() - t0:.0f} s", flush=True)
+        per = per_prompt_scans(model, prompts, cfg, f"{name}: ")
         result = interp.merge_results(per)
         heads = result.heads
         reps = content_repeats(result, heads)
@@ -125,9 +167,23 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         reps.to_csv(args.out / f"long_range_{name}_content_repeats.csv", index=False)
         checks(result, per, QUICK_CHECKS if args.quick else CHECKS).to_csv(args.out / f"long_range_{name}_checks.csv", index=False)
         print(pd.DataFrame(summary[-3:]).to_string(index=False), flush=True)
+        if args.ood:
+            rand = interp.corpus.prompts(model, "random", n, t, args.seed + 1000)  # other draws than --quick's text stand-in
+            ood = per_prompt_scans(model, rand, cfg, f"{name} random tokens: ")
+            table, row = ood_table(name, by_rule, per, ood)
+            row["ood_long_sdh"] = rule_counts(rule_heads(interp.merge_results(ood)))["fraction_loo"]
+            ood_rows.append(table)
+            ood_summary.append({"prompts": n, "tokens": t, **row})
+            print(pd.DataFrame([ood_summary[-1]]).to_string(index=False), flush=True)
         del model
     df = pd.DataFrame(summary)
     df.to_csv(args.out / "long_range_summary.csv", index=False)
+    if args.ood:
+        for frame, fname in ((pd.concat(ood_rows, ignore_index=True), "long_range_ood.csv"), (pd.DataFrame(ood_summary), "long_range_ood_summary.csv")):
+            path = args.out / fname
+            if path.exists() and not args.quick:  # other models' rows stay (one model per run on this CPU)
+                frame = replace_rows(pd.read_csv(path), frame, ["model"] + (["layer", "head"] if "layer" in frame else []))
+            frame.to_csv(path, index=False)
     return df
 
 
