@@ -177,7 +177,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             print(pd.DataFrame([ood_summary[-1]]).to_string(index=False), flush=True)
         del model
     df = pd.DataFrame(summary)
-    df.to_csv(args.out / "long_range_summary.csv", index=False)
+    path = args.out / "long_range_summary.csv"
+    if path.exists() and not args.quick:  # other models' rows stay
+        df = replace_rows(pd.read_csv(path), df, ["model", "rule"])
+    df.to_csv(path, index=False)
     if args.ood:
         for frame, fname in ((pd.concat(ood_rows, ignore_index=True), "long_range_ood.csv"), (pd.DataFrame(ood_summary), "long_range_ood_summary.csv")):
             path = args.out / fname
