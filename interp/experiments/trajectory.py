@@ -89,7 +89,8 @@ def scan_rows(model: LoadedModel, probes: torch.Tensor | Sequence[torch.Tensor],
         step: the optimiser step (None: unknown, e.g. a checkpoint named without a number).
 
     Raises:
-        as ``interp.engine.scan`` (bad prompts, an engine the device cannot run).
+        PromptError: bad probe prompts (as ``interp.engine.scan``).
+        ConfigError: an engine the device cannot run (as ``interp.engine.scan``).
     """
     t0 = time.perf_counter()
     res = scan(model, probes, config or ScanConfig(), engine=engine)
@@ -296,7 +297,7 @@ def checkpoint_trajectory(checkpoints: Sequence[Checkpoint], probes: torch.Tenso
         progress: a tqdm bar over checkpoints.
 
     Raises:
-        as ``interp.models.load_model`` (a damaged checkpoint) and ``interp.engine.scan``.
+        InterpError: a damaged checkpoint (as ``interp.models.load_model``) or bad probes (as ``interp.engine.scan``).
     """
     from tqdm.auto import tqdm
 
