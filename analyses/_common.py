@@ -63,6 +63,14 @@ def installed(names: list[str]) -> list[str]:
     return have
 
 
+def parse_set(text: str) -> tuple[str, int]:
+    """A prompt set of ``--sets``: ``"stdlib:1024"`` -> ``("stdlib", 1024)``; a bad one raises SystemExit with one line."""
+    corpus, _, tokens = text.partition(":")
+    if not tokens.isdigit():
+        raise SystemExit(f"--sets takes CORPUS:TOKENS (e.g. stdlib:1024), got {text!r}")
+    return corpus, int(tokens)
+
+
 def replace_rows(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """``old``'s rows whose ``keys`` values ``new`` does not have, then ``new``: runs made again replace their own rows
     in a committed table and every other row stays (scripts that fill their tables in pieces, by model or seed)."""

@@ -26,7 +26,7 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
 import interp  # noqa: E402
-from _common import FIGURES, installed, parser, replace_rows  # noqa: E402
+from _common import FIGURES, installed, parse_set, parser, replace_rows  # noqa: E402
 from atlas_null import labelled_heads  # noqa: E402
 from interp.experiments.atlas import ROLE_NAMES, AtlasConfig, run_atlas  # noqa: E402
 
@@ -58,12 +58,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     if args.quick:
         args.models, args.sets, args.prompts = ["tiny-llama"], ["pydoc:48", "stdlib:48"], 2
-    sets = []
-    for s in args.sets:
-        corpus, _, tokens = s.partition(":")
-        if not tokens.isdigit():
-            ap.error(f"--sets takes CORPUS:TOKENS (e.g. stdlib:1024), got {s!r}")
-        sets.append((corpus, int(tokens)))
+    sets = [parse_set(s) for s in args.sets]
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     rows = []

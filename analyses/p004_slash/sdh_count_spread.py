@@ -25,20 +25,12 @@ import pandas as pd
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
 import interp  # noqa: E402
-from _common import parser, replace_rows  # noqa: E402
+from _common import parse_set, parser, replace_rows  # noqa: E402
 from band_ablation import boot_index  # noqa: E402
 from sdh_count_bootstrap import KAPPA, count_table, per_prompt_scans  # noqa: E402
 
 COLUMNS = ["model", "corpus", "prompts", "tokens", "heads", "sdh_count", "sdh_lo", "sdh_hi", "pairs", "pairs_lo", "pairs_hi",
            "sdh_sure", "heads_straddling", "boot", "seconds"]
-
-
-def parse_set(text: str) -> tuple[str, int]:
-    """``"stdlib:1024"`` -> ``("stdlib", 1024)``; a bad one raises SystemExit with one line."""
-    corpus, _, tokens = text.partition(":")
-    if not tokens.isdigit():
-        raise SystemExit(f"--sets takes CORPUS:TOKENS (e.g. stdlib:1024), got {text!r}")
-    return corpus, int(tokens)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
