@@ -132,10 +132,18 @@ def unrotate_tables(
     dt = torch.float64 if x_rot.dtype == torch.float64 else torch.float32
     x = x_rot.to(dt)
     r = cos.shape[1]
-    c, s = cos.to(dt)[:, None, :], sin.to(dt)[:, None, :]
-    y = x[..., :r]
-    out = x.clone()
-    out[..., :r] = (y * c - rotate_half_of(y, pairing.partition(":")[0]) * s) / (c * c + s * s)
+    # plane l = channels (a_l, b_l); turn(y) = (-y_b, y_a), so x_a = (y_a c_a + y_b s_a) / den_a, x_b = (y_b c_b - y_a s_b) / den_b:
+    # the tables' division on [pos, rot] once, then four passes over x into a contiguous output (a scan runs this on
+    # every layer's q and k; cat / clone / broadcast division cost 4x more)
+    a, b = (slice(0, r, 2), slice(1, r, 2)) if pairing.partition(":")[0] == "interleaved" else (slice(0, r // 2), slice(r // 2, r))
+    c, s = cos.to(dt), sin.to(dt)
+    den = c * c + s * s
+    c, s = (c / den)[:, None, :], (s / den)[:, None, :]
+    out = torch.empty(x.shape, dtype=dt, device=x.device)
+    xa, xb, ya, yb = out[..., a], out[..., b], x[..., a], x[..., b]
+    torch.mul(ya, c[..., a], out=xa).addcmul_(yb, s[..., a])
+    torch.mul(yb, c[..., b], out=xb).addcmul_(ya, s[..., b], value=-1)
+    out[..., r:] = x[..., r:]
     return out
 
 

@@ -270,9 +270,13 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
     float* inv = invs[tid].data_ptr<float>();
     tile_logits(qp, kp, qbuf, s, N, D, g, G, i0, i1, C, scale, softcap);
     double* ent = want_entropy ? ents[tid].data_ptr<double>() : nullptr;
-    for (int64_t row = 0; row < G * B; ++row) {  // unnormalised probabilities, zero where masked; 1/row sum
+    const int64_t last_slash = std::min(C, i1 - skip);  // columns >= i1 - skip are keys < skip
+    // Row by row: unnormalised probabilities (zero where masked) and 1 / row sum, then every reduction of the
+    // normalised row while the row is still in L1 (a second sweep over the tile would read it back from L3 at long N)
+    for (int64_t row = 0; row < G * B; ++row) {
+      const int64_t t = row / B, r = row % B, h = g * G + t;
       int64_t lo, hi;
-      row_range(row % B, B, C, window, lo, hi);
+      row_range(r, B, C, window, lo, hi);
       float* x = s + row * C;
       const float mx = row_max(x, lo, hi);
       float sum, sxe = 0.f;
@@ -280,67 +284,58 @@ std::vector<Tensor> stream_layer(const Tensor& q_in, const Tensor& k_in, const c
         sum = row_exp_ent(x, lo, hi, mx, &sxe);
         // H = -sum_m p_m log p_m with p_m = e_m / S, log p_m = (x_m - mx) - log S: H = log S - sum_m e_m (x_m - mx) / S
         const double hrow = std::log(static_cast<double>(sum)) - static_cast<double>(sxe) / sum;
-        const int64_t h = g * G + row / B, n_vis = hi - lo;
+        const int64_t n_vis = hi - lo;
         ent[h * 2] += hrow;
         if (n_vis > 1) ent[h * 2 + 1] += hrow / std::log(static_cast<double>(n_vis));
       } else {
         sum = row_exp<true>(x, lo, hi, mx);
       }
-      inv[row] = 1.f / sum;
-      if (want_lse) lsep[(g * G + row / B) * N + i0 + row % B] = mx + std::log(sum);
+      const float w = 1.f / sum;
+      inv[row] = w;
+      if (want_lse) lsep[h * N + i0 + r] = mx + std::log(sum);
       std::fill(x, x + lo, 0.f);
       std::fill(x + hi, x + C, 0.f);
+
+      const int64_t first = B - 1 - r;
+      float* dst = lag + h * N - first;  // lag of column m is m - first
+      for (int64_t m = first; m < last_slash; ++m) dst[m] += x[m] * w;
+      sinkp[h * N + i0 + r] = i1 - 1 < C ? x[i1 - 1] * w : 0.f;  // zeroed already if outside the window
+      if (want_key_mass) {  // column m is key i1 - 1 - m; masked columns hold 0
+        double* km = kms[tid].data_ptr<double>() + h * N + i1 - 1;
+        for (int64_t m = first; m < C; ++m) km[-m] += x[m] * w;
+      }
+      if (inp) {
+        inp_row(qp + (h * N + i0 + r) * D, kp + (g * N + N - i1) * D, D, lo, std::min(hi, last_slash),
+                inp_s[tid].data_ptr<double>() + h * F, inp_a[tid].data_ptr<double>() + h * F);
+      }
+      if (tm) {  // column m is key j = i1 - 1 - m; visible keys j <= i are columns >= first (masked ones hold 0)
+        const int64_t i = i0 + r, ti = tok[i];
+        float dup = 0.f, ind = 0.f;
+        for (int64_t m = first; m < C; ++m) {
+          const int64_t j = i1 - 1 - m;
+          if (j < i && tok[j] == ti) dup += x[m];
+          if (j >= 1 && tok[j - 1] == ti) ind += x[m];
+        }
+        double* acc = tms[tid].data_ptr<double>() + h * 3;
+        acc[0] += first + 1 < C ? x[first + 1] * w : 0.f;
+        acc[1] += dup * w;
+        acc[2] += ind * w;
+      }
+      if (i0 + r < M)
+        for (int64_t j = 0; j < std::min(M, i1); ++j) {
+          const int64_t m = i1 - 1 - j;
+          mapp[(h * map_size + i0 + r) * map_size + j] = m < C ? x[m] * w : 0.f;
+        }
     }
-    if (has_v) {
+    if (has_v) {  // P @ V of the unnormalised tile, each row scaled by its 1 / sum on the way out
       Tensor ot = at::from_blob(obuf, {G * B, D}, f32);
       Tensor vt = at::from_blob(const_cast<float*>(vp) + (g * N + N - i1) * D, {C, D}, f32);
       at::mm_out(ot, at::from_blob(s, {G * B, C}, f32), vt);
-    }
-
-    const int64_t last_slash = std::min(C, i1 - skip);  // columns >= i1 - skip are keys < skip
-    for (int64_t t = 0; t < G; ++t) {
-      const int64_t h = g * G + t;
-      float* lag_h = lag + h * N;
-      for (int64_t r = 0; r < B; ++r) {
-        const int64_t row = t * B + r;
-        const float* x = s + row * C;
+      for (int64_t row = 0; row < G * B; ++row) {
+        const int64_t t = row / B, r = row % B;
+        float* o = outp + ((i0 + r) * H + g * G + t) * D;
         const float w = inv[row];
-        if (has_v) {
-          float* o = outp + ((i0 + r) * H + h) * D;
-          for (int64_t d = 0; d < D; ++d) o[d] = obuf[row * D + d] * w;
-        }
-        const int64_t first = B - 1 - r;
-        float* dst = lag_h - first;  // lag of column m is m - first
-        for (int64_t m = first; m < last_slash; ++m) dst[m] += x[m] * w;
-        sinkp[h * N + i0 + r] = i1 - 1 < C ? x[i1 - 1] * w : 0.f;  // zeroed already if outside the window
-        if (want_key_mass) {  // column m is key i1 - 1 - m; masked columns hold 0
-          double* km = kms[tid].data_ptr<double>() + h * N + i1 - 1;
-          for (int64_t m = first; m < C; ++m) km[-m] += x[m] * w;
-        }
-        if (inp) {
-          int64_t lo, hi;
-          row_range(r, B, C, window, lo, hi);
-          inp_row(qp + (h * N + i0 + r) * D, kp + (g * N + N - i1) * D, D, lo, std::min(hi, last_slash),
-                  inp_s[tid].data_ptr<double>() + h * F, inp_a[tid].data_ptr<double>() + h * F);
-        }
-        if (tm) {  // column m is key j = i1 - 1 - m; visible keys j <= i are columns >= first (masked ones hold 0)
-          const int64_t i = i0 + r, ti = tok[i];
-          float dup = 0.f, ind = 0.f;
-          for (int64_t m = first; m < C; ++m) {
-            const int64_t j = i1 - 1 - m;
-            if (j < i && tok[j] == ti) dup += x[m];
-            if (j >= 1 && tok[j - 1] == ti) ind += x[m];
-          }
-          double* acc = tms[tid].data_ptr<double>() + h * 3;
-          acc[0] += first + 1 < C ? x[first + 1] * w : 0.f;
-          acc[1] += dup * w;
-          acc[2] += ind * w;
-        }
-        if (i0 + r < M)
-          for (int64_t j = 0; j < std::min(M, i1); ++j) {
-            const int64_t m = i1 - 1 - j;
-            mapp[(h * map_size + i0 + r) * map_size + j] = m < C ? x[m] * w : 0.f;
-          }
+        for (int64_t d = 0; d < D; ++d) o[d] = obuf[row * D + d] * w;
       }
     }
     if (cf && (window <= 0 || i0 < window)) {  // key 0 is visible to at least the block's first query
