@@ -14,9 +14,10 @@ For each prompt length N (default 1024, 2048, 4096, 8192) on one pydoc prompt, i
 Times come from one subprocess per length that loads the model once and alternates the decoder-only forward
 and the three scans ``--repeats`` times (minimum of each: the ratios are measured side by side in one process, so
 a load change on the machine hits all of them alike), then times one more default scan phase by phase
-(``interp.engine.phases``: ``attention`` = the fused kernel's exact attention with its tile statistics,
+(``interp.engine.phases``: ``taps`` = the finite check and the pre-RoPE q / k recovered from the model's post-RoPE
+ones, ``attention`` = the fused kernel's exact attention with its tile statistics,
 ``counterfactual``, ``measures`` = every measure's per-layer reductions, ``model`` = the rest: projections, MLPs,
-norms, the taps) and the final tables (``heads``). Peak resident memory comes from one subprocess per mode (so
+norms, the hooks) and the final tables (``heads``). Peak resident memory comes from one subprocess per mode (so
 each peak is its own). Prints the table with the ratios and writes ``figures/scan_speed.csv``,
 ``figures/scan_speed_phases.csv`` (one row per length and phase, seconds and share of the scan) and
 ``figures/scan_speed.png``; rows already in the tables stay when they are another model's (``--model``) or this model's
@@ -60,7 +61,7 @@ def _rss_mb() -> float:
 
 
 SCANS = {"scan": {}, "scan_exact": {"counterfactual_queries": 0}, "scan_nocf": {"counterfactual_sinks": False}}
-PHASES = ("attention", "counterfactual", "measures")
+PHASES = ("taps", "attention", "counterfactual", "measures")
 
 
 def side_by_side(n: int, repeats: int, model_name: str) -> dict:

@@ -207,13 +207,14 @@ class Collector:
         Raises:
             NumericsError: the layer's queries or keys are not finite (overflow in the model's dtype).
         """
-        if call.query.is_cuda:  # checked once per prompt (end_prompt): a check here would sync the host every layer
-            finite = torch.isfinite(call.query).all() & torch.isfinite(call.key).all()
-            self.finite = finite if self.finite is None else self.finite & finite.to(self.finite.device)
-        elif not all_finite(call.query, call.key):
-            raise NumericsError(f"{self.card.name}: layer {call.layer} produced non-finite queries or keys in {call.query.dtype} "
-                                f"(overflow); scan in bfloat16 or float32 (--dtype)")
-        q_pre, k_pre = call.pre()
+        with phase("taps", call.query.device):
+            if call.query.is_cuda:  # checked once per prompt (end_prompt): a check here would sync the host every layer
+                finite = torch.isfinite(call.query).all() & torch.isfinite(call.key).all()
+                self.finite = finite if self.finite is None else self.finite & finite.to(self.finite.device)
+            elif not all_finite(call.query, call.key):
+                raise NumericsError(f"{self.card.name}: layer {call.layer} produced non-finite queries or keys in {call.query.dtype} "
+                                    f"(overflow); scan in bfloat16 or float32 (--dtype)")
+            q_pre, k_pre = call.pre()
         f32 = lambda t: t.float()  # noqa: E731
         return self.attend(call.layer, f32(call.query), f32(call.key), f32(call.value), call.scale, call.window, call.softcap,
                            q_pre, k_pre, (call.query, call.key, call.value))
