@@ -3,7 +3,8 @@
 - **render**: a docs page writes ``{{ num("compare_zoo_summary.csv", "sink_rate", fmt=".1%", model="smollm2-135m") }}``
   and :func:`render` replaces it with that cell, formatted (the MkDocs hook ``docs/hooks/numbers.py`` runs it on
   every page), so a rendered number cannot differ from its table. ``rng(...)`` gives ``min-max`` of a column over
-  the selected rows. A template names its table, column and row selection: it is bound to its cells.
+  the selected rows; ``cell(...)`` one cell as text (a list of heads). A template names its table, column and row
+  selection: it is bound to its cells.
 - **check**: :func:`check` runs over every page ``docs/numbers.yml`` lists and returns one line per problem,
   ``page:line: what``:
 
@@ -42,7 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["DocsNumberError", "num", "rng", "evaluate", "render", "templates", "hand_typed", "rendered_values",
-           "find_cells", "check", "write_lock", "write_rendered", "main"]
+           "cell", "find_cells", "check", "write_lock", "write_rendered", "main"]
 
 STATS = ("min", "max", "median", "mean", "sum", "count")
 _TEMPLATE = re.compile(r"\{\{\s*(.+?)\s*\}\}", re.S)
@@ -143,7 +144,23 @@ def rng(table: str, column: str, fmt: str = ".3g", sep: str = "-", *, root: str 
     return lo if lo == hi else f"{lo}{sep}{hi}"
 
 
-_FUNCS = {"num": num, "rng": rng}
+def cell(table: str, column: str, *, root: str | Path = ".", **where) -> str:
+    """The text of one cell (a head list, a setting), for the words a page quotes from a table as they stand
+    (``cell("attribution_agreement.csv", "worst", model="smollm2-135m", intervention="zero", depth="all")``).
+
+    Raises:
+        DocsNumberError: unknown table or column, or a selection (see :func:`num`) that is not exactly one row.
+    """
+    frame = _load(str(root), table)
+    if column not in frame.columns:
+        raise DocsNumberError(f"{table} has no column {column!r} (columns: {', '.join(frame.columns)})")
+    rows = _select(frame, table, where)
+    if len(rows) != 1:
+        raise DocsNumberError(f"{table}[{column}] where {where} has {len(rows)} rows: add filters")
+    return str(rows[column].iloc[0])
+
+
+_FUNCS = {"num": num, "rng": rng, "cell": cell}
 
 
 def _literal(node: ast.AST, expr: str):
@@ -154,7 +171,7 @@ def _literal(node: ast.AST, expr: str):
 
 
 def evaluate(expr: str, root: str | Path = ".") -> str:
-    """Evaluate one template expression, ``num(...)`` or ``rng(...)`` with literal arguments only."""
+    """Evaluate one template expression, ``num(...)``, ``rng(...)`` or ``cell(...)`` with literal arguments only."""
     try:
         call = ast.parse(expr.strip(), mode="eval").body
     except SyntaxError:

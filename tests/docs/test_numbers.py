@@ -132,6 +132,9 @@ def test_num_and_rng_read_the_table(tmp_path):
         dn.num("t.csv", "x", root=tmp_path, model="a")
     with pytest.raises(dn.DocsNumberError, match="no column 'y'"):
         dn.num("t.csv", "y", root=tmp_path)
+    assert dn.render('heads {{ cell("t.csv", "model", lag=0) }}', tmp_path) == "heads a"
+    with pytest.raises(dn.DocsNumberError, match="2 rows"):
+        dn.cell("t.csv", "model", root=tmp_path, lag=1)
     with pytest.raises(dn.DocsNumberError, match="only num, rng"):
         dn.render("{{ open('x') }}", tmp_path)
 
