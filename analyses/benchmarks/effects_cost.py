@@ -21,11 +21,11 @@ other load on the machine changes least; wall time on a shared machine can diffe
 ran (nats; the tests hold it under 1e-4). Wall seconds, with the GPU synchronised; one warm-up run of each method on
 one layer first (Triton compilation, first-call costs). ``--random-weights`` builds the model from its published
 config with random weights (seed 0) and random prompts: the cost is the same, and a GGUF file of 98 MB cannot travel
-to the GPU machine. Writes (replacing the rows of the model, keeping other models') ``figures/effects_cost.csv``, the
-fast path's table ``figures/effects_<model>.csv``
+to the GPU machine. Writes ``figures/effects_cost.csv`` (replacing the rows of the same model, weights and device,
+keeping the others) and, for the zoo weights only, the fast path's table ``figures/effects_<model>.csv``
 (``interp effects``' columns, 1000 bootstrap resamples; rows of other interventions on the same prompts are kept) and, with ``--attribution``,
 ``figures/attribution_agreement.csv`` (``interp.experiments.attribution.agreement``: Spearman's rho of attributed
-against exact zero / mean effects over all heads and per depth third, the worst heads).
+against exact zero / mean effects over all heads and per depth third, the worst heads; the model's rows replaced).
 
     python analyses/benchmarks/effects_cost.py [--model smollm2-135m] [--prompts 8] [--tokens 512] [--device cuda]
         [--random-weights] [--naive-heads K] [--attribution] [--quick] [--out DIR]
@@ -102,10 +102,11 @@ def spread_heads(n_layers: int, n_heads: int, k: int) -> tuple[tuple[int, int], 
     return tuple((int(i // n_heads), int(i % n_heads)) for i in idx)
 
 
-def _merge(df: pd.DataFrame, path: Path) -> None:
-    """Write ``df`` to ``path``, replacing the rows of its model and keeping other models' rows (one run per model)."""
+def _merge(df: pd.DataFrame, path: Path, key: list[str]) -> None:
+    """Write ``df`` to ``path``, replacing the rows that share its ``key`` values and keeping the others (one run per
+    model, and for the cost table per weights and device: a GPU run with random weights keeps the CPU run's rows)."""
     if path.exists():
-        df = replace_rows(pd.read_csv(path), df, ["model"])
+        df = replace_rows(pd.read_csv(path), df, key)
     df.to_csv(path, index=False)
 
 
@@ -162,10 +163,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     t_eff, fast = timed(lambda: head_effects(model, prompts, cfg), dev)
     args.out.mkdir(parents=True, exist_ok=True)  # the fast path's table first: the longest run is kept whatever follows
     table, path = fast.table.assign(model=args.model, prompts=args.prompts, tokens=args.tokens), args.out / f"effects_{args.model}.csv"
-    if path.exists():  # keep other interventions measured on the same prompts (analyses/effects/effects_roles.py adds some)
+    if path.exists() and not args.random_weights:  # keep other interventions on the same prompts (effects_roles.py adds some)
         old = pd.read_csv(path)
         table = replace_rows(old[(old["prompts"] == args.prompts) & (old["tokens"] == args.tokens)], table, ["intervention"])
-    table.to_csv(path, index=False)
+    if not args.random_weights:  # a random model's effects are a timing by-product, not the zoo model's table
+        table.to_csv(path, index=False)
     linear = tuple(k for k in kinds if k in ("zero", "mean"))
     if args.attribution and linear:
         attribution_effects(model, warm, EffectsConfig(interventions=linear, bootstrap=0))  # warm-up
@@ -200,11 +202,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     df["speedup_cpu"] = np.where(df["run"] == "effects", c_naive_all / c_eff, np.nan)
     df["max_abs_diff"] = np.where(df["run"].isin(["effects", "naive"]), diff, np.nan)
     args.out.mkdir(parents=True, exist_ok=True)
-    _merge(df, args.out / "effects_cost.csv")
-    if args.attribution and linear:
+    _merge(df, args.out / "effects_cost.csv", ["model", "weights", "device"])
+    if args.attribution and linear and not args.random_weights:  # agreement is a property of the trained model
         agree = agreement(fast.table[fast.table["intervention"].isin(linear)], attr.table, L).assign(
             model=args.model, prompts=args.prompts, tokens=args.tokens)
-        _merge(agree, args.out / "attribution_agreement.csv")
+        _merge(agree, args.out / "attribution_agreement.csv", ["model"])
         print(agree[["intervention", "depth", "heads", "spearman", "sign_agree", "worst"]].to_string(index=False))
     print(df[["run", "seconds", "cpu_s", "runs", "ratio", "ratio_cpu", "speedup", "speedup_cpu", "max_abs_diff",
               "extrapolated"]].to_string(index=False))
