@@ -29,8 +29,8 @@ Causal check at the end of training: ``interp.experiments.effects.head_effects``
 probes of the same kind, 1000 bootstrap resamples): the top induction head's ``dnll`` against the other heads'.
 
 Configurations tried before the committed run (one seed each, ``--probes seen``, windows of 256, batch 16 unless
-said, d_model 64 (4 heads of 16) unless said; scores at the last step, induction over layers ``1 .. L-1``, previous-token over ``0 .. L-2``; this
-shared 2-core machine, one thread):
+said, d_model 64 (4 heads of 16) unless said; scores at the last step, induction over layers ``1 .. L-1``,
+previous-token over ``0 .. L-2``; this shared 2-core machine, one thread):
 
 ====================================================  =====  ===========  ===========  =========  =======
 configuration                                         steps  induction    prev-token   test loss  seconds

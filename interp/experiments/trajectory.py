@@ -195,7 +195,8 @@ def icl_score(model: torch.nn.Module, input_ids: Int[torch.Tensor, "batch pos"],
     if not 1 <= early < late < n:
         raise ConfigError(f"icl_score needs 1 <= early < late < pos = {n}, got early={early}, late={late}")
     if width < 1 or early + width - 1 >= late - width + 1:
-        raise ConfigError(f"icl_score: bands of {width} tokens from {early} and up to {late} overlap; use width < {(late - early + 1) // 2 + 1}")
+        raise ConfigError(f"icl_score: bands of {width} tokens from {early} and up to {late} overlap; "
+                          f"use width < {(late - early + 1) // 2 + 1}")
     bands = (torch.arange(early, early + width), torch.arange(late - width + 1, late + 1))
     tot = torch.zeros(2, dtype=torch.float64)
     for s in range(0, len(input_ids), batch_size):
