@@ -60,8 +60,9 @@ def test_seen_probes_repeat_ids_of_the_training_text():
     train = np.array([3, 40, 41, 50, 50, 3])
     lm = lab_loaded(LabForCausalLM(LabConfig(vocab_size=len(text_lm.BYTE_VOCAB), n_layers=1, n_heads=2, d_model=16, d_mlp=16,
                                              max_positions=32)), text_lm.BYTE_VOCAB)
-    p = mod.repeated_probes(lm, train, "seen", 4, 20, 0)
-    assert p.shape == (4, 20) and set(p.unique().tolist()) <= {3, 40, 41, 50} and (p[:, :10] == p[:, 10:]).all()
+    p = mod.repeated_probes(lm, train, "seen", 4, 20, 0)  # <bos> as the training windows, then r, r cut to fit
+    assert p.shape == (4, 20) and (p[:, 0] == text_lm.BOS).all() and (p[:, 1:10] == p[:, 11:]).all()
+    assert set(p[:, 1:].unique().tolist()) <= {3, 40, 41, 50}
     q = mod.repeated_probes(lm, train, "all", 4, 20, 0)
     assert q.shape == (4, 20) and (q[:, :10] == q[:, 10:]).all() and q.max() >= 60  # the whole vocabulary
 

@@ -1,36 +1,63 @@
 """Induction heads forming in a small byte-level language model, watched with the trajectory callback (issue 35 part 3;
 Olsson et al. 2022, "In-context Learning and Induction Heads").
 
-Model and data (``interp.lab``): a 2-layer RoPE decoder (4 heads of width 16, d_model 64, SwiGLU d_mlp 256, RoPE base
-1e4) trained on windows of ``--length`` bytes of the first 90% of the Python language reference
-(``interp.lab.text_lm``; next-token loss on every position, no passkey rows), ``--steps`` AdamW steps of ``--batch``
-windows (lr 3e-3, 50 warmup steps, cosine), ``--seeds`` seeds.
+Model and data (``interp.lab``): a ``--layers``-layer decoder (default 3; ``--heads`` 4 heads of width ``d_model / heads``
+= 16, ``--d-model`` 64, SwiGLU d_mlp ``4 d_model``, ``--pe`` RoPE with base 1e4) trained on windows of ``--length``
+(256) tokens, ``<bos>`` and 255 bytes of the first 90% of the Python language reference (``interp.lab.text_lm``;
+next-token loss on every position, no passkey rows), ``--steps`` (3000) AdamW steps of ``--batch`` (16) windows
+(``--lr`` 3e-3, ``--warmup`` 50 steps, cosine to a tenth, weight decay 0.1), ``--seeds`` (3) seeds.
 
-At the steps of ``interp.experiments.trajectory.log_schedule(steps, 30)`` the callback
-(``interp.experiments.trajectory.ScanCallback``) scans 8 probe prompts of repeated random tokens (r, r with ``|r| = length / 2``: the lab's
-tokenizer adds no BOS, so none is prepended; ``interp.corpus.prompts(..., "repeated-random")``; ``--probes seen`` draws r only from the
-byte ids that occur in the training text) with the token-matched scores and the
-entropy switched on (``ScanConfig(token_match=True, shape=True)``): per head the previous-token and induction scores
-(TransformerLens ``detect_head``), slash scores per lag, sink weight, r1 and the rest of the default measures. Each
-scheduled step also records the in-context-learning score (``icl_score``: loss at token ``late = length - 1`` minus
-loss at token ``early = 8``, mean over 16 held-out windows; Olsson et al. use the 500th and 50th token of longer
-contexts) and the held-out loss.
+At the steps of ``log_schedule(steps, --points 30)`` and every ``--every`` (100) steps
+(``interp.experiments.trajectory``) the callback (``ScanCallback``) scans 8 probe prompts of repeated random tokens
+with the token-matched scores and the entropy switched on (``ScanConfig(token_match=True, shape=True)``): per head
+the previous-token and induction scores (TransformerLens ``detect_head``; on ``<bos>, r, r`` a perfect induction head
+scores about 0.5, since only the second copy has an earlier copy to look at), slash scores per lag, sink weight, r1
+and the rest of the default measures. ``--probes seen`` (default): ``<bos>``, then r, r with r drawn from the byte ids
+that occur in the training text, so the probes start as the training windows do and every embedding was trained;
+``--probes all``: r from the whole vocabulary, no ``<bos>`` (``interp.corpus.prompts(..., "repeated-random")``, the
+first committed run). Each scan also records the in-context-learning score (``icl_score``: mean loss over the
+``--icl-band`` (16) tokens ending at token ``late = length - 1`` minus over the 16 tokens from ``early = 8``, mean
+over ``--icl-windows`` (128) disjoint held-out windows; Olsson et al. use single tokens, the 500th and the 50th, of
+longer contexts over a large dataset) and the held-out loss.
 
-Per seed: the formation step of the first induction head (``t_induction``: the first scanned step at which some
-layer-1 head's induction score >= 0.3), of the first previous-token head (``t_prev``: some layer-0 head's
-previous-token score >= 0.3), the ICL score's largest drop between two scans (the phase change) and its step. The
-0.3 level is the atlas's role threshold (``interp.experiments.trajectory.final_roles``), fixed before the runs.
+Per seed (``curves``): the induction score of the best head in layers ``1 .. L-1`` (it can read an earlier layer's
+previous-token head) and the previous-token score of the best head in layers ``0 .. L-2``; the formation step of the
+first induction head (``t_induction``: the first scanned step at which that induction score >= 0.3) and of the first
+previous-token head (``t_prev``), the ICL score's largest drop between two scans (the phase change) and its step.
+The 0.3 level is the atlas's role threshold (``interp.experiments.trajectory.final_roles``), fixed before the runs.
 Causal check at the end of training: ``interp.experiments.effects.head_effects`` (mean ablation, every head, on 16
-repeated-random prompts, 1000 bootstrap resamples): the top induction head's ``dnll`` against the other heads'.
+probes of the same kind, 1000 bootstrap resamples): the top induction head's ``dnll`` against the other heads'.
+
+Configurations tried before the committed run (one seed each, ``--probes seen``, windows of 256, batch 16 unless
+said, d_model 64 (4 heads of 16) unless said; scores at the last step, induction over layers ``1 .. L-1``,
+previous-token over ``0 .. L-2``; this shared 2-core machine, one thread):
+
+====================================================  =====  ===========  ===========  =========  =======
+configuration                                         steps  induction    prev-token   test loss  seconds
+====================================================  =====  ===========  ===========  =========  =======
+2 layers, RoPE, windows 96, probes all (3 seeds)      4000   0.002-0.005  0.055-0.069  1.41-1.46  379-493
+2 layers, RoPE                                        2000   0.014        0.079        1.34       385
+3 layers, RoPE                                        2000   0.011        0.460        1.30       414
+2 layers, RoPE, d_model 128 (4 heads of 32), batch 8  1600   0.014        0.044        1.34       stopped
+2 layers, learned positions                           2000   0.010        0.195        1.37       279
+3 layers, partial RoPE (2 of 8 planes rotate)         1400   0.012        0.121        1.37       stopped
+====================================================  =====  ===========  ===========  =========  =======
+
+In the RoPE runs layer 0's heads spread their attention over dozens of keys (entropy 3.4 to 4.3 nats on the probes)
+and the previous-token heads form in layer 1 (previous-token score 0.52 there at the end of the 2-layer d_model-64
+run), which in a 2-layer model leaves no later layer to read them; with 3 layers they form in layer 1 within a few
+hundred steps, hence the default. No run formed an induction head. The gain an induction head could
+bring is there: in the second half of the held-out 255-byte windows the byte after the last earlier copy of the
+current 3-byte context is the next byte 75% of the time, for 51% of the bytes.
 
 Writes ``emergence_text_trajectory.csv`` (the callback's table: one row per seed, step, layer, head),
-``emergence_text_loss.csv`` (every step's training loss), ``emergence_text_runs.csv`` (per seed: formation steps,
-phase change, final scores, effect of the top induction head, training and scan seconds),
+``emergence_text_loss.csv`` (every step's training loss), ``emergence_text_runs.csv`` (per seed: settings, formation
+steps, phase change, final scores, effect of the top induction head, training and scan seconds),
 ``emergence_text_effects.csv`` (the effects table per seed), ``emergence_text_summary.csv`` (mean, min / max and 95%
 t-interval over seeds) and ``emergence_text.{html,png}``; the trajectory pages ``emergence_text_seed<k>.html``
 (``interp.report.trajectory_page``).
 
-    python analyses/emergence/induction_text.py [--steps 4000] [--seeds 3] [--length 96] [--quick] [--out DIR]
+    python analyses/emergence/induction_text.py [--steps 3000] [--layers 3] [--length 256] [--probes seen] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -52,32 +79,52 @@ from _common import one_thread, parser, save_figure  # noqa: E402
 from interp import corpus  # noqa: E402
 from interp.engine import ScanConfig  # noqa: E402
 from interp.experiments.effects import EffectsConfig, head_effects  # noqa: E402
-from interp.experiments.trajectory import ScanCallback, first_crossing, icl_score, log_schedule, seed_summary  # noqa: E402
+from interp.experiments.trajectory import (  # noqa: E402
+    ScanCallback, every_schedule, first_crossing, icl_score, log_schedule, seed_summary)
 from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, lm_loss, train_model  # noqa: E402
 from interp.lab import text_lm  # noqa: E402
+from interp.lab.vocab import BOS  # noqa: E402
 from interp.report.trajectory_page import write_trajectory_page  # noqa: E402
 
 ROLE = 0.3  # the atlas's role threshold (final_roles), fixed before the runs
-SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "role_level", "early", "late")
+SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "pe", "lr", "probes", "role_level",
+            "early", "late", "icl_band", "icl_windows")
 EARLY = 8
-OPTIONS = (("--steps", int, 4000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
-           ("--length", int, 96, "training window (tokens, <bos> included)"), ("--batch", int, 16, "windows per step"),
-           ("--layers", int, 2, "decoder layers"), ("--heads", int, 4, "heads per layer"), ("--d-model", int, 64, "residual width"),
+OPTIONS = (("--steps", int, 3000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
+           ("--length", int, 256, "training window (tokens, <bos> included)"), ("--batch", int, 16, "windows per step"),
+           ("--layers", int, 3, "decoder layers"), ("--heads", int, 4, "heads per layer"), ("--d-model", int, 64, "residual width"),
            ("--points", int, 30, "scheduled scans (log schedule)"),
-           ("--probes", str, "all", "repeated-random probe tokens: all (the whole vocabulary) | seen (ids in the training text)"))
+           ("--every", int, 100, "also scan every so many steps (0: the log schedule only)"),
+           ("--pe", str, "rope", "position encoding (interp.lab.model.PES: rope, learned, ...)"),
+           ("--lr", float, 3e-3, "peak learning rate"), ("--warmup", int, 50, "warmup steps (at most a quarter of --steps)"),
+           ("--icl-windows", int, 128, "held-out windows of the ICL score"),
+           ("--icl-band", int, 16, "tokens averaged at each end of the ICL score (1: Olsson et al.'s single tokens)"),
+           ("--probes", str, "seen", "repeated-random probe tokens: all (the whole vocabulary, no <bos>) | seen (<bos>, then ids "
+                                    "in the training text)"))
 
 
 def repeated_probes(loaded, train: np.ndarray, kind: str, m: int, n: int, seed: int) -> torch.Tensor:
-    """``[m, n]`` repeated-random probes (r, r; ``<bos>`` first only where the tokenizer adds one): ``kind="all"`` draws r from the whole vocabulary
-    (``interp.corpus.prompts(..., "repeated-random")``, the committed runs), ``"seen"`` only from the byte ids that occur
-    in the training text (whose embeddings were trained)."""
+    """``[m, n]`` repeated-random probes. ``kind="all"``: r, r with r drawn from the whole vocabulary and no ``<bos>``
+    (``interp.corpus.prompts(..., "repeated-random")``; the lab's tokenizer adds none). ``"seen"``: ``<bos>``, r, r
+    (the second copy cut to fit) with r drawn only from the byte ids that occur in the training text, so the probes
+    look like the training windows at position 0 and every token's embedding was trained."""
     if kind == "all":
         return corpus.prompts(loaded, "repeated-random", m, n, seed=seed)
-    ids, bos = np.unique(train), loaded.bos_token_id
-    body = n - (bos is not None)  # as interp.corpus.prompts: BOS only where the tokenizer adds one
-    r = torch.as_tensor(ids[np.random.default_rng(seed).integers(0, len(ids), (m, -(-body // 2)))])
-    out = torch.cat([r, r], 1)[:, :body]
-    return out if bos is None else torch.cat([torch.full((m, 1), bos), out], 1)
+    ids = np.unique(train)
+    r = torch.as_tensor(ids[np.random.default_rng(seed).integers(0, len(ids), (m, n // 2))])
+    return torch.cat([torch.full((m, 1), BOS), r, r], 1)[:, :n]
+
+
+def curves(traj: pd.DataFrame) -> pd.DataFrame:
+    """Per scanned step: ``induction`` (the largest induction score of a head in layers ``1 .. L-1``, which can read
+    an earlier layer's previous-token head), ``prev`` (the largest previous-token score in layers ``0 .. L-2``, which
+    a later layer can read), ``icl`` and ``test_loss``; with 2 layers, layer 1's induction and layer 0's
+    previous-token score."""
+    L = int(traj["layer"].max()) + 1
+    ind = traj[traj["layer"] >= 1].groupby("step")["induction_score"].max()
+    prev = traj[traj["layer"] <= L - 2].groupby("step")["prev_token_score"].max()
+    rest = traj.groupby("step")[["icl_score", "test_loss"]].first()
+    return pd.DataFrame({"induction": ind, "prev": prev, "icl": rest["icl_score"], "test_loss": rest["test_loss"]}).reset_index()
 
 
 def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
@@ -85,38 +132,43 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     n = args.length
     torch.manual_seed(seed)
     cfg = LabConfig(vocab_size=len(text_lm.BYTE_VOCAB), n_layers=args.layers, n_heads=args.heads, d_model=args.d_model,
-                    d_mlp=4 * args.d_model, max_positions=n)
+                    d_mlp=4 * args.d_model, max_positions=n, pe=args.pe)
     model = LabForCausalLM(cfg)
     loaded = lab_loaded(model, text_lm.BYTE_VOCAB)
     probes = repeated_probes(loaded, train, args.probes, 8, n, 1000 + seed)
-    windows = text_lm.disjoint_windows(test, n, 16)
+    windows = text_lm.disjoint_windows(test, n, args.icl_windows)
 
     def extras(m):
-        return {"icl_score": icl_score(m, windows, EARLY, n - 1),
+        return {"icl_score": icl_score(m, windows, EARLY, n - 1, width=args.icl_band),
                 "test_loss": float(text_lm.token_nll(m, windows).mean())}
 
     cb = ScanCallback(lambda m: lab_loaded(m, text_lm.BYTE_VOCAB), probes, ScanConfig(token_match=True, shape=True),
-                      steps=log_schedule(args.steps, args.points), extras=extras)
+                      steps=sorted(set(log_schedule(args.steps, args.points))
+                                   | set(every_schedule(args.steps, args.every) if args.every else ())), extras=extras)
+    def progress(step, m, loss):  # one line per scan: the study's three curves as they move
+        if cb.frame.shape[0] and cb.frame["step"].iloc[-1] == step:
+            c = curves(cb.frame[cb.frame["step"] == step]).iloc[0]
+            print(f"  seed {seed} step {step}: induction {c['induction']:.3f}  prev {c['prev']:.3f}  icl {c['icl']:+.3f}  "
+                  f"test loss {c['test_loss']:.3f}", flush=True)
+
     t0 = time.perf_counter()
     train_model(model, text_lm.lm_batch_fn(train, n, args.batch, passkey_frac=0.0),
-                TrainConfig(steps=args.steps, lr=3e-3, warmup=min(50, args.steps // 4), weight_decay=0.1, betas=(0.9, 0.95),
-                            seed=seed), loss_fn=lm_loss, callbacks=[cb])
+                TrainConfig(steps=args.steps, lr=args.lr, warmup=min(args.warmup, args.steps // 4), weight_decay=0.1, betas=(0.9, 0.95),
+                            seed=seed), loss_fn=lm_loss, callbacks=[cb, progress])
     total = time.perf_counter() - t0
     traj = cb.frame.assign(seed=seed)
-    per_step = traj.groupby("step").agg(
-        induction=("induction_score", lambda s: s[traj.loc[s.index, "layer"] == args.layers - 1].max()),
-        prev=("prev_token_score", lambda s: s[traj.loc[s.index, "layer"] == 0].max()),
-        icl=("icl_score", "first")).reset_index()
+    per_step = curves(traj)
     d_icl = per_step["icl"].diff()
     k = int(d_icl.idxmin()) if d_icl.notna().any() else 0
     last = traj[traj["step"] == traj["step"].max()]
-    top = last[last["layer"] == args.layers - 1].sort_values("induction_score").iloc[-1]
+    top = last[last["layer"] >= 1].sort_values("induction_score").iloc[-1]
     eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), repeated_probes(loaded, train, args.probes, 16, n, 2000 + seed),
                        EffectsConfig(interventions=("mean",), bootstrap=1000, seed=seed)).table.assign(seed=seed)
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
     row = {"seed": seed, "steps": args.steps, "length": n, "batch": args.batch, "d_model": args.d_model, "layers": args.layers,
-           "heads": args.heads, "role_level": ROLE, "early": EARLY, "late": n - 1, "t_induction": first_crossing(per_step, "induction", ROLE),
+           "heads": args.heads, "pe": args.pe, "lr": args.lr, "probes": args.probes, "role_level": ROLE, "early": EARLY, "late": n - 1,
+           "icl_band": args.icl_band, "icl_windows": args.icl_windows, "t_induction": first_crossing(per_step, "induction", ROLE),
            "t_prev": first_crossing(per_step, "prev", ROLE),
            "phase_change_step": float(per_step["step"].iloc[k]), "phase_change_icl_drop": float(d_icl.iloc[k]) if k else np.nan,
            "icl_start": float(per_step["icl"].iloc[0]), "icl_end": float(per_step["icl"].iloc[-1]),
@@ -133,30 +185,29 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
 
 
 def figure(traj: pd.DataFrame) -> go.Figure:
-    """Per seed: best layer-1 induction score, best layer-0 previous-token score and the ICL score against step."""
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("max induction score, last layer", "max previous-token score, layer 0",
+    """Per seed: the best induction and previous-token scores (``curves``) and the ICL score against step."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("max induction score, layers 1..L-1", "max previous-token score, layers 0..L-2",
                                                         "ICL score (loss late - early, nats)"))
-    L = int(traj["layer"].max())
     for seed, g in traj.groupby("seed"):
-        ind = g[g["layer"] == L].groupby("step")["induction_score"].max()
-        prev = g[g["layer"] == 0].groupby("step")["prev_token_score"].max()
-        icl = g.groupby("step")["icl_score"].first()
-        for col, s in enumerate((ind, prev, icl), start=1):
+        c = curves(g).set_index("step")
+        for col, s in enumerate((c["induction"], c["prev"], c["icl"]), start=1):
             fig.add_trace(go.Scatter(x=s.index, y=s.values, mode="lines+markers", name=f"seed {seed}", legendgroup=str(seed),
                                      showlegend=col == 1, hovertemplate=f"seed {seed}<br>step %{{x}}<br>%{{y:.4f}}<extra></extra>"),
                           row=1, col=col)
     fig.update_xaxes(title_text="training step", type="log")
-    fig.update_layout(title="Induction heads forming in a 2-layer byte-level model (pydoc)", height=440, width=1300)
+    L = int(traj["layer"].max()) + 1
+    fig.update_layout(title=f"Induction heads forming in a {L}-layer byte-level model (pydoc)", height=440, width=1300)
     return fig
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    ap = parser(__doc__, "length 32, 30 steps, one seed (seconds)")
+    ap = parser(__doc__, "2 layers of width 32, length 32, 30 steps, one seed (seconds)")
     for flag, kind, default, text in OPTIONS:
         ap.add_argument(flag, type=kind, default=default, help=text)
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.length, args.batch, args.points, args.d_model = 30, 1, 32, 4, 6, 32
+        args.layers, args.every, args.icl_windows, args.icl_band = 2, 0, 16, 4
     args.out.mkdir(parents=True, exist_ok=True)
     train, test = text_lm.split_pydoc()
     t0 = time.perf_counter()

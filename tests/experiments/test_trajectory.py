@@ -163,3 +163,25 @@ def test_icl_score_is_late_minus_early_loss():
     assert T.icl_score(Fixed(), ids, 2, 7) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(Exception, match="early < late"):
         T.icl_score(Fixed(), ids, 6, 2)
+
+
+def test_icl_score_bands_average_their_tokens():
+    ids = torch.randint(0, 10, (3, 12))
+
+    class Fixed(torch.nn.Module):
+        """Uniform logits except at positions 8 and 9, which predict tokens 9 and 10 exactly."""
+
+        def forward(self, input_ids):
+            b, n = input_ids.shape
+            logits = torch.zeros(b, n, 10)
+            for p in (8, 9):
+                if n > p:
+                    logits[:, p, :] = -1e4
+                    logits[torch.arange(b), p, ids[:, p + 1]] = 0.0
+            return type("Out", (), {"logits": logits})()
+
+    # late band 8..10: tokens 9 and 10 free, token 8 costs log 10; early band 2..4 costs log 10 each
+    assert T.icl_score(Fixed(), ids, 2, 10, width=3) == pytest.approx(np.log(10) / 3 - np.log(10), abs=1e-9)
+    assert T.icl_score(Fixed(), ids, 2, 10, width=1) == T.icl_score(Fixed(), ids, 2, 10)
+    with pytest.raises(Exception, match="overlap"):
+        T.icl_score(Fixed(), ids, 2, 6, width=3)
