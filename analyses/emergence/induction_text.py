@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     losses = pd.concat([p[1] for p in parts], ignore_index=True)
     runs = pd.DataFrame([p[2] for p in parts])
     effects = pd.concat([p[3] for p in parts], ignore_index=True)
-    summary = seed_summary(runs.assign(model="text-2l"), ["model"], [c for c in runs.columns if c not in SETTINGS])
+    summary = seed_summary(runs.assign(model=f"text-{args.layers}l"), ["model"], [c for c in runs.columns if c not in SETTINGS])
     traj.to_csv(args.out / "emergence_text_trajectory.csv", index=False)
     losses.to_csv(args.out / "emergence_text_loss.csv", index=False)
     runs.to_csv(args.out / "emergence_text_runs.csv", index=False)
