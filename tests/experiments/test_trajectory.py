@@ -145,43 +145,38 @@ def test_hub_revisions_resolve_from_the_local_cache_only(tmp_path, monkeypatch):
         T.find_checkpoints("org/tiny")
 
 
+class _ExactAt(torch.nn.Module):
+    """Uniform logits over 10 tokens except at ``positions``, where the logits predict the next token of ``ids``
+    exactly (its loss 0, log 10 elsewhere)."""
+
+    def __init__(self, ids: torch.Tensor, positions: tuple[int, ...]):
+        super().__init__()
+        self.ids, self.positions = ids, positions
+
+    def forward(self, input_ids):
+        b, n = input_ids.shape
+        logits = torch.zeros(b, n, 10)
+        for p in self.positions:
+            if n > p:
+                logits[:, p, :] = -1e4
+                logits[torch.arange(b), p, self.ids[:, p + 1]] = 0.0
+        return type("Out", (), {"logits": logits})()
+
+
 def test_icl_score_is_late_minus_early_loss():
     ids = torch.randint(0, 10, (4, 12))
-
-    class Fixed(torch.nn.Module):
-        """Uniform logits except at position 5, which predicts token 6 of ``ids`` exactly."""
-
-        def forward(self, input_ids):
-            b, n = input_ids.shape
-            logits = torch.zeros(b, n, 10)
-            if n > 5:
-                logits[:, 5, :] = -1e4
-                logits[torch.arange(b), 5, ids[:, 6]] = 0.0
-            return type("Out", (), {"logits": logits})()
-
-    assert T.icl_score(Fixed(), ids, 2, 6) == pytest.approx(-np.log(10), abs=1e-9)
-    assert T.icl_score(Fixed(), ids, 2, 7) == pytest.approx(0.0, abs=1e-12)
+    model = _ExactAt(ids, (5,))  # position 5 predicts token 6 exactly
+    assert T.icl_score(model, ids, 2, 6) == pytest.approx(-np.log(10), abs=1e-9)
+    assert T.icl_score(model, ids, 2, 7) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(Exception, match="early < late"):
-        T.icl_score(Fixed(), ids, 6, 2)
+        T.icl_score(model, ids, 6, 2)
 
 
 def test_icl_score_bands_average_their_tokens():
     ids = torch.randint(0, 10, (3, 12))
-
-    class Fixed(torch.nn.Module):
-        """Uniform logits except at positions 8 and 9, which predict tokens 9 and 10 exactly."""
-
-        def forward(self, input_ids):
-            b, n = input_ids.shape
-            logits = torch.zeros(b, n, 10)
-            for p in (8, 9):
-                if n > p:
-                    logits[:, p, :] = -1e4
-                    logits[torch.arange(b), p, ids[:, p + 1]] = 0.0
-            return type("Out", (), {"logits": logits})()
-
+    model = _ExactAt(ids, (8, 9))  # positions 8 and 9 predict tokens 9 and 10 exactly
     # late band 8..10: tokens 9 and 10 free, token 8 costs log 10; early band 2..4 costs log 10 each
-    assert T.icl_score(Fixed(), ids, 2, 10, width=3) == pytest.approx(np.log(10) / 3 - np.log(10), abs=1e-9)
-    assert T.icl_score(Fixed(), ids, 2, 10, width=1) == T.icl_score(Fixed(), ids, 2, 10)
+    assert T.icl_score(model, ids, 2, 10, width=3) == pytest.approx(np.log(10) / 3 - np.log(10), abs=1e-9)
+    assert T.icl_score(model, ids, 2, 10, width=1) == T.icl_score(model, ids, 2, 10)
     with pytest.raises(Exception, match="overlap"):
-        T.icl_score(Fixed(), ids, 2, 6, width=3)
+        T.icl_score(model, ids, 2, 6, width=3)
