@@ -227,26 +227,28 @@ def main() -> None:
             prev = prev[(prev["model"] != args.model) | (prev["machine"] == machine)]  # never mix machines in one model's rows
             frame = replace_rows(prev, frame, ["model", "n"] + (["phase"] if "phase" in frame else []))
         frame.to_csv(out / name, index=False)
-    table = table.set_index("n")
-    _plot(table, machine, args.model, out)
+    _plot(pd.read_csv(out / "scan_speed.csv"), machine, out)  # every model in the table, not only this run's
 
 
-def _plot(table, machine: str, model: str, out: Path = FIG) -> None:
+def _plot(table, machine: str, out: Path = FIG) -> None:
+    """Time and peak memory against the prompt length (scan_speed.csv): one colour per model, the line style per run
+    (the scan solid, the decoder-only forward dashed, the exact counterfactual dotted); every column is in the table."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("time (s)", "peak resident memory (GiB)"))
-    for col, name in (("forward_s", "plain sdpa forward"), ("forward_decoder_s", "sdpa forward, no LM head"), ("scan_s", "interp scan"),
-                      ("scan_exact_s", "scan, exact counterfactual"), ("scan_nocf_s", "scan, no counterfactual"),
-                      ("cache_s", "run_with_cache patterns")):
-        if col in table and table[col].notna().any():
-            fig.add_trace(go.Scatter(x=table.index, y=table[col], mode="lines+markers", name=name), row=1, col=1)
-    for col, name in (("peak_GiB_forward", "forward"), ("peak_GiB_scan", "scan"), ("peak_GiB_cache", "cache")):
-        if col in table and table[col].notna().any():
-            fig.add_trace(go.Scatter(x=table.index, y=table[col], mode="lines+markers", name=name + " memory",
-                                     line=dict(dash="dot")), row=1, col=2)
+    runs = ((1, "scan_s", "scan", "solid"), (1, "forward_decoder_s", "forward, no LM head", "dash"),
+            (1, "scan_exact_s", "scan, exact counterfactual", "dot"), (2, "peak_GiB_scan", "scan memory", "solid"),
+            (2, "peak_GiB_forward", "forward memory", "dash"))
+    for k, (model, t) in enumerate(table.groupby("model", sort=False)):
+        t, colour = t.sort_values("n").set_index("n"), qualitative.Plotly[k % len(qualitative.Plotly)]
+        for col_idx, col, name, dash in runs:
+            if col in t and t[col].notna().any():
+                fig.add_trace(go.Scatter(x=t.index, y=t[col], mode="lines+markers", name=f"{model}: {name}", legendgroup=model,
+                                         line=dict(color=colour, dash=dash)), row=1, col=col_idx)
     fig.update_xaxes(type="log", title="tokens per prompt")
-    fig.update_layout(title=f"{model}: scan vs forward vs cache route ({machine})", width=1100, height=450)
+    fig.update_layout(title=f"scan vs the decoder-only forward, per model ({machine})", width=1200, height=500)
     try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
         fig.write_image(out / "scan_speed.png")
     except Exception as err:
