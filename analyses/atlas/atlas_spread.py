@@ -26,7 +26,7 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
 import interp  # noqa: E402
-from _common import FIGURES, installed, parse_set, parser, replace_rows  # noqa: E402
+from _common import FIGURES, installed, parse_set, parser, write_rows  # noqa: E402
 from atlas_null import labelled_heads  # noqa: E402
 from interp.experiments.atlas import ROLE_NAMES, AtlasConfig, run_atlas  # noqa: E402
 
@@ -70,11 +70,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             new = spread_rows(model, name, corpus, tokens, args.prompts, committed)
             rows += new
             print(f"{name} {corpus}:{tokens}: " + ", ".join(f"{r['role']} {r['labelled']}" for r in new), flush=True)
-    df = pd.DataFrame(rows)
-    path = args.out / "atlas_spread.csv"
-    if path.exists() and not args.quick:
-        df = replace_rows(pd.read_csv(path), df, ["model", "corpus", "tokens", "role"])
-    df.to_csv(path, index=False)
+    df = write_rows(pd.DataFrame(rows), args.out / "atlas_spread.csv", ("model", "corpus", "tokens", "role"), merge=not args.quick)
     print(df.to_string(index=False))
     return df
 

@@ -45,7 +45,7 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked, replace_rows  # noqa: E402
+from _common import parse_tracked, replace_rows, write_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -100,14 +100,6 @@ def spread_heads(n_layers: int, n_heads: int, k: int) -> tuple[tuple[int, int], 
     """``k`` heads spread evenly over the layer x head grid (row-major), so the naive sample covers every depth."""
     idx = np.unique(np.linspace(0, n_layers * n_heads - 1, k).round().astype(int))
     return tuple((int(i // n_heads), int(i % n_heads)) for i in idx)
-
-
-def _merge(df: pd.DataFrame, path: Path, key: list[str]) -> None:
-    """Write ``df`` to ``path``, replacing the rows that share its ``key`` values and keeping the others (one run per
-    model, and for the cost table per weights and device: a GPU run with random weights keeps the CPU run's rows)."""
-    if path.exists():
-        df = replace_rows(pd.read_csv(path), df, key)
-    df.to_csv(path, index=False)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
@@ -202,11 +194,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     df["speedup_cpu"] = np.where(df["run"] == "effects", c_naive_all / c_eff, np.nan)
     df["max_abs_diff"] = np.where(df["run"].isin(["effects", "naive"]), diff, np.nan)
     args.out.mkdir(parents=True, exist_ok=True)
-    _merge(df, args.out / "effects_cost.csv", ["model", "weights", "device"])
+    # one row set per model, weights and device: a GPU run with random weights keeps the CPU run's rows
+    write_rows(df, args.out / "effects_cost.csv", ("model", "weights", "device"))
     if args.attribution and linear and not args.random_weights:  # agreement is a property of the trained model
         agree = agreement(fast.table[fast.table["intervention"].isin(linear)], attr.table, L).assign(
             model=args.model, prompts=args.prompts, tokens=args.tokens)
-        _merge(agree, args.out / "attribution_agreement.csv", ["model"])
+        write_rows(agree, args.out / "attribution_agreement.csv")
         print(agree[["intervention", "depth", "heads", "spearman", "sign_agree", "worst"]].to_string(index=False))
     print(df[["run", "seconds", "cpu_s", "runs", "ratio", "ratio_cpu", "speedup", "speedup_cpu", "max_abs_diff",
               "extrapolated"]].to_string(index=False))

@@ -227,10 +227,10 @@ def main() -> None:
             prev = prev[(prev["model"] != args.model) | (prev["machine"] == machine)]  # never mix machines in one model's rows
             frame = replace_rows(prev, frame, ["model", "n"] + (["phase"] if "phase" in frame else []))
         frame.to_csv(out / name, index=False)
-    _plot(pd.read_csv(out / "scan_speed.csv"), machine, out)  # every model in the table, not only this run's
+    _plot(pd.read_csv(out / "scan_speed.csv"), out)  # every model in the table, not only this run's
 
 
-def _plot(table, machine: str, out: Path = FIG) -> None:
+def _plot(table, out: Path = FIG) -> None:
     """Time and peak memory against the prompt length (scan_speed.csv): one colour per model, the line style per run
     (the scan solid, the decoder-only forward dashed, the exact counterfactual dotted); every column is in the table."""
     import plotly.graph_objects as go
@@ -248,7 +248,8 @@ def _plot(table, machine: str, out: Path = FIG) -> None:
                 fig.add_trace(go.Scatter(x=t.index, y=t[col], mode="lines+markers", name=f"{model}: {name}", legendgroup=model,
                                          line=dict(color=colour, dash=dash)), row=1, col=col_idx)
     fig.update_xaxes(type="log", title="tokens per prompt")
-    fig.update_layout(title=f"scan vs the decoder-only forward, per model ({machine})", width=1200, height=500)
+    machines = " / ".join(dict.fromkeys(table["machine"]))  # each model's rows come from one machine
+    fig.update_layout(title=f"scan vs the decoder-only forward, per model ({machines})", width=1200, height=500)
     try:  # PNG export needs kaleido and a Chromium (pip install kaleido; apt-get install chromium)
         fig.write_image(out / "scan_speed.png")
     except Exception as err:

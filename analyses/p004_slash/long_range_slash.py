@@ -51,7 +51,7 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
 import interp  # noqa: E402
-from _common import parser, replace_rows  # noqa: E402
+from _common import parser, write_rows  # noqa: E402
 from band_ablation import boot_index, interval  # noqa: E402
 from interp.measures.slash import consistent_lags, consistent_long_columns, long_lag_range  # noqa: E402
 from interp.report.tables import content_repeats, long_lag_table  # noqa: E402
@@ -176,17 +176,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             ood_summary.append({"prompts": n, "tokens": t, **row})
             print(pd.DataFrame([ood_summary[-1]]).to_string(index=False), flush=True)
         del model
-    df = pd.DataFrame(summary)
-    path = args.out / "long_range_summary.csv"
-    if path.exists() and not args.quick:  # other models' rows stay
-        df = replace_rows(pd.read_csv(path), df, ["model", "rule"])
-    df.to_csv(path, index=False)
-    if args.ood:
-        for frame, fname in ((pd.concat(ood_rows, ignore_index=True), "long_range_ood.csv"), (pd.DataFrame(ood_summary), "long_range_ood_summary.csv")):
-            path = args.out / fname
-            if path.exists() and not args.quick:  # other models' rows stay (one model per run on this CPU)
-                frame = replace_rows(pd.read_csv(path), frame, ["model"] + (["layer", "head"] if "layer" in frame else []))
-            frame.to_csv(path, index=False)
+    df = write_rows(pd.DataFrame(summary), args.out / "long_range_summary.csv", ("model", "rule"), merge=not args.quick)
+    if args.ood:  # other models' rows stay (one model per run on this CPU)
+        write_rows(pd.concat(ood_rows, ignore_index=True), args.out / "long_range_ood.csv", ("model", "layer", "head"),
+                   merge=not args.quick)
+        write_rows(pd.DataFrame(ood_summary), args.out / "long_range_ood_summary.csv", ("model",), merge=not args.quick)
     return df
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
 import interp  # noqa: E402
-from _common import parse_set, parser, replace_rows  # noqa: E402
+from _common import parse_set, parser, write_rows  # noqa: E402
 from band_ablation import boot_index  # noqa: E402
 from sdh_count_bootstrap import KAPPA, count_table, per_prompt_scans  # noqa: E402
 
@@ -64,11 +64,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             print(f"{name} {corpus}:{tokens}: {row['sdh_count']} SDHs [{row['sdh_lo']:.0f}, {row['sdh_hi']:.0f}], "
                   f"{row['seconds']:.0f} s", flush=True)
         del model
-    df = pd.DataFrame(rows)[COLUMNS]
-    path = args.out / "sdh_count_spread.csv"
-    if path.exists() and not args.quick:  # keep the rows of other models and prompt sets (runs in pieces)
-        df = replace_rows(pd.read_csv(path), df, ["model", "corpus", "tokens"])
-    df.to_csv(path, index=False)
+    # keep the rows of other models and prompt sets (runs in pieces)
+    df = write_rows(pd.DataFrame(rows)[COLUMNS], args.out / "sdh_count_spread.csv", ("model", "corpus", "tokens"),
+                    merge=not args.quick)
     print(df.to_string(index=False))
     return df
 

@@ -1,7 +1,8 @@
 """Where a scan's time goes: named phases timed on the device that runs them, for the speed benchmarks.
 
 ``with phase_timer() as t: scan(...)`` turns timing on for the scans inside; the collector brackets its work with
-``phase(name)``: ``taps`` (the finite check and the pre-RoPE q / k recovered from the post-RoPE ones), ``attention`` (the layer's output and row log-sum-exps), ``stats`` (the tile reductions),
+``phase(name)``: ``taps`` (the finite check and the pre-RoPE q / k recovered from the post-RoPE ones),
+``attention`` (the layer's output and row log-sum-exps), ``stats`` (the tile reductions),
 ``counterfactual`` (the pre-RoPE key-0 weight), ``variants`` (counterfactual RoPE passes), ``measures`` (every
 measure's per-layer update), ``flush`` (device sums to the CPU state). ``t.seconds`` then maps each phase to its
 total seconds; the model's own layers (projections, MLPs, norms) are the scan's wall time minus their sum.

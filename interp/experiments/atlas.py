@@ -534,11 +534,10 @@ def effect_columns(effects: pd.DataFrame) -> pd.DataFrame:
     if effects.duplicated(["layer", "head", "intervention"]).any():
         raise ConfigError("the effects table holds a head twice for one intervention: give one run's effects.csv")
     values = [c for c in ("dnll", "dnll_lo", "dnll_hi", "kl") if c in effects]
+    name = lambda v, k: f"{v}_{k}" if v in ("dnll", "kl") else f"dnll_{k}_{v[len('dnll_'):]}"  # noqa: E731  dnll_zero_lo
     wide = effects.pivot(index=["layer", "head"], columns="intervention", values=values)
-    wide.columns = [f"{v}_{k}" if v in ("dnll", "kl") else f"dnll_{k}_{v[len('dnll_'):]}" for v, k in wide.columns]
-    order = [f"{c}_{k}" if c in ("dnll", "kl") else f"dnll_{k}_{c[len('dnll_'):]}"
-             for k in dict.fromkeys(effects["intervention"]) for c in values]
-    return wide[order].reset_index()
+    wide.columns = [name(v, k) for v, k in wide.columns]
+    return wide[[name(v, k) for k in dict.fromkeys(effects["intervention"]) for v in values]].reset_index()
 
 
 def _scan_pass(model, prompts, cfg: ScanConfig, meta: dict, support: int, progress: bool,

@@ -260,6 +260,13 @@ def kept(config: "EffectsConfig", n_tokens: int) -> dict:
     return {} if config.score_from <= 1 else {"logits_to_keep": n_tokens - config.score_from + 1}
 
 
+def _clean_prompt(model, tokens: torch.Tensor, score_from: int, keep: dict) -> tuple[tuple[torch.Tensor, torch.Tensor], float]:
+    """One prompt's clean forward (``tokens [pos]``): its ``clean_dist`` over the scored positions (``keep``:
+    ``kept(config, N)``) and its mean NLL of the tokens ``score_from..N-1`` (nats)."""
+    cd = clean_dist(model.hf(tokens[None].to(model.device), use_cache=False, **keep).logits[0])
+    return cd, float(-cd[0].gather(1, tokens[score_from:, None].to(cd[0].device)).double().mean())
+
+
 def _prompts(prompts) -> torch.Tensor:
     t = torch.stack([torch.as_tensor(p, dtype=torch.long) for p in prompts]) if not isinstance(prompts, torch.Tensor) else prompts
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
@@ -468,9 +475,8 @@ def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progre
     ref_means = head_means(model, toks) if means is None and "mean" in cfg.interventions else means
     keep = kept(cfg, N)
     with torch.inference_mode():
-        clean = [clean_dist(model.hf(toks[p][None].to(model.device), use_cache=False, **keep).logits[0]) for p in range(P)]
-    nll = np.array([float(-lc.gather(1, toks[p, cfg.score_from:, None].to(lc.device)).double().mean())
-                    for p, (lc, _) in enumerate(clean)])
+        clean, nll = zip(*(_clean_prompt(model, toks[p], cfg.score_from, keep) for p in range(P)))
+    nll = np.array(nll)
     order = _order(heads, cfg.interventions)
     dn, kl = np.zeros((len(order), P)), np.zeros((len(order), P))
     bar = _progress(len(order) * P, progress, f"effects (naive) {model.card.name}")
@@ -532,8 +538,7 @@ def set_effects(model, prompts, sets: Sequence[Sequence[tuple[int, int]]], inter
     with torch.inference_mode():
         for p in range(P):
             t = toks[p][None].to(model.device)
-            cd = clean_dist(model.hf(t, use_cache=False, **keep).logits[0])
-            nll[p] = float(-cd[0].gather(1, toks[p, cfg.score_from:, None].to(cd[0].device)).double().mean())
+            cd, nll[p] = _clean_prompt(model, toks[p], cfg.score_from, keep)
             for s0 in range(0, len(todo), B):
                 chunk = todo[s0:s0 + B]
                 heads = [hd for i in chunk for hd in sets[i]]
