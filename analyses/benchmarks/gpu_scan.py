@@ -19,7 +19,8 @@ in one run:
   (the largest length that fit is the last ``ok``);
 - where the time of one default scan goes (``interp.engine.phases``, CUDA events, one more timed scan): ``ph_attention_s``
   (pass 1: output and log-sum-exp; ``pass1`` names the kernel ``interp.engine.kernels.sdpa_lse`` picked),
-  ``ph_stats_s`` (pass 2 and the key-0 / map reads), ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's
+  ``ph_stats_s`` (pass 2 and the key-0 / map reads; ``pass2`` names the variant ``triton_attention`` picked, per-head
+  or packed by kv head, and ``pass2_ms`` each one's time on the first layer), ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's
   per-layer update), ``ph_flush_s`` (device sums to the CPU, once per scan), ``ph_model_s`` (the rest: the model's
   own layers, taps and Python), ``tables_s`` (building ``heads`` from the summed state, not part of ``scan_s``).
 
@@ -148,6 +149,7 @@ def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
         row.update(phases(model, toks, device, engine))
         picked = [c["picked"] for k, c in sdpa_lse.choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} ")]
         row["pass1"] = picked[0] if picked else ("triton" if device.startswith("cuda") else "none (CPU)")
+        row.update(pass2_pick(n, model.card.n_heads, device))
         for tag, cfg in (("exact", ScanConfig(counterfactual_queries=0)), ("full", ScanConfig(counterfactual_queries=0, full_profile=True))):
             row[f"scan_{tag}_s"], row[f"peak_scan_{tag}_gib"] = timed(
                 lambda cfg=cfg: scan(model, [toks], cfg, engine=engine, beyond_context=True), device, 1)
@@ -162,6 +164,17 @@ def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
         for tag in ("", "_exact", "_full", "_all"):
             row[f"ratio{tag}"] = row[f"scan{tag}_s"] / row["forward_s"]
     return row
+
+
+def pass2_pick(n: int, heads: int, device: str) -> dict:
+    """``pass2``: the pass-2 variant ``triton_attention`` picked for this length and head count (per-head or packed;
+    per-head where only one was run), ``pass2_ms``: each valid variant's milliseconds on the first layer."""
+    from interp.engine.kernels import triton_attention as ta
+
+    picked = [c for k, c in ta.pass2_choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} h{heads} ")]
+    if not picked:
+        return {"pass2": "per-head" if device.startswith("cuda") else "none (CPU)", "pass2_ms": ""}
+    return {"pass2": picked[0]["picked"], "pass2_ms": " / ".join(f"{k} {v:.3g}" for k, v in picked[0]["ms"].items())}
 
 
 def profile(model, n: int) -> None:
@@ -199,6 +212,7 @@ def main(argv=None) -> pd.DataFrame:
             print("gpu_scan.py needs a CUDA GPU (run with --quick to check the script on a CPU); nothing measured", file=sys.stderr)
             return pd.DataFrame()
         from interp.engine.kernels import sdpa_lse
+        from interp.engine.kernels import triton_attention as ta
 
         gpu = torch.cuda.get_device_name()
         for name in a.models:
@@ -209,7 +223,7 @@ def main(argv=None) -> pd.DataFrame:
                 row["weights_gib"] = weights
                 rows.append(row)
                 print(row, flush=True)
-                print(sdpa_lse.choices(), flush=True)
+                print(sdpa_lse.choices(), ta.pass2_choices(), flush=True)
                 pd.DataFrame(rows).to_csv(a.out.with_suffix(".partial.csv"), index=False)  # survives a time limit
             if a.profile and name == a.models[0]:
                 profile(m, max(a.lengths))

@@ -29,11 +29,11 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the Triton kernels
 DEVICES = [DEV]
 
 
-def _check_all(q, k, v, tok, scale, window, softcap, block, skip=4, M=8):
+def _check_all(q, k, v, tok, scale, window, softcap, block, skip=4, M=8, pass2="per-head"):
     """Every output of ``triton_attention.stream_layer`` against full patterns (``_reference``) and brute-force sums."""
     N, H, _ = q.shape
     r = ta.stream_layer(q, k, v, scale, window, softcap, block, skip, M, q_pre=q * 0.5, k_pre=k * 0.7, inp_pairing="rotate_half",
-                        tokens=tok, entropy=True, key_mass=True)
+                        tokens=tok, entropy=True, key_mass=True, pass2=pass2)
     out, lag, key0, amap, key0_pre = _reference(q.cpu(), k.cpu(), v.cpu(), (q * 0.5).cpu(), (k * 0.7).cpu(), scale,
                                                 window, softcap, skip, M)
     A = attention_pattern(q.cpu(), k.cpu(), scale, window, softcap).double()
@@ -57,6 +57,7 @@ def _check_all(q, k, v, tok, scale, window, softcap, block, skip=4, M=8):
     return r
 
 
+@pytest.mark.parametrize("pass2", ta.PASS2)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n, heads, kv, d, window, softcap", [
     (37, 4, 2, 16, None, None),  # GQA, a length that is not a multiple of the tile
@@ -64,12 +65,13 @@ def _check_all(q, k, v, tok, scale, window, softcap, block, skip=4, M=8):
     (45, 2, 2, 24, 9, None),  # sliding window (several diagonals invisible), d_head not a power of two
     (33, 4, 4, 16, 5, 2.0),  # window shorter than a tile, soft-cap
     (1, 2, 1, 16, None, None),  # one token
+    (41, 6, 2, 16, 20, None),  # three query heads per kv head: packed rows padded to four heads
 ])
-def test_triton_equals_full_patterns(device, n, heads, kv, d, window, softcap):
+def test_triton_equals_full_patterns(device, n, heads, kv, d, window, softcap, pass2):
     g = torch.Generator().manual_seed(n)
     q, k, v = (torch.randn(n, h, d, generator=g).to(device) for h in (heads, kv, kv))
     tok = torch.randint(0, 5, (n,), generator=g).to(device)
-    _check_all(q, k, v, tok, 0.4, window, softcap, block=16)
+    _check_all(q, k, v, tok, 0.4, window, softcap, block=16, pass2=pass2)
 
 
 def test_triton_equals_the_cpu_kernel():
@@ -213,6 +215,81 @@ def test_pass2_at_the_gpu_tile():
     q, k, v = (torch.randn(150, h, 16, generator=g).to(DEV) for h in (4, 2, 2))
     tok = torch.randint(0, 5, (150,), generator=g).to(DEV)
     _check_all(q, k, v, tok, 0.4, None, None, block=ta.LAG_TILE)
+
+
+@pytest.mark.parametrize("heads, kv, window", [(8, 2, None), (7, 1, 90), (4, 4, None)])
+def test_packed_pass2_at_the_gpu_tiles(heads, kv, window):
+    """The packed pass 2 at the tile a GPU gives it (``pass2_tile(..., block=None)``: Llama's four query heads per kv
+    head at 64 x 64, Qwen2.5's seven padded to eight at 32 x 32, one head per kv head), every reduction."""
+    GP, T = ta.pass2_tile("packed", heads // kv, None)
+    assert GP * T <= ta.PASS2_ROWS and T & (T - 1) == 0 and GP >= heads // kv
+    g = torch.Generator().manual_seed(heads)
+    q, k, v = (torch.randn(2 * T + 9, h, 16, generator=g).to(DEV) for h in (heads, kv, kv))
+    tok = torch.randint(0, 5, (q.shape[0],), generator=g).to(DEV)
+    _check_all(q, k, v, tok, 0.4, window, None, block=T, pass2="packed")
+
+
+def test_pass2_variants_agree_on_the_asked_lags():
+    """Per-head and packed kernels give the same lag sums on a lag window (float32 addition order apart), and an
+    unknown variant is refused before any work."""
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(200, h, 16, generator=g).to(DEV) for h in (8, 2, 2))
+    lags = ((0, 7), (60, 90))
+    a, b = (ta.stream_layer(q, k, v, 0.4, None, None, 16, 4, 8, lags=lags, pass2=p) for p in ta.PASS2)
+    assert ta._agree((a["lag"],), (b["lag"],), lags)
+    with pytest.raises(ValueError, match="unknown pass-2 variant"):
+        ta.stream_layer(q, k, v, 0.4, None, None, 16, 4, 8, pass2="fused")
+
+
+def test_the_pass2_choice_keeps_the_fastest_variant_that_agrees(monkeypatch):
+    """``_pass2_choice`` (what a GPU does on each shape's first layer), with the CUDA timer replaced by scripted times:
+    the faster variant is kept; one that disagrees with the per-head kernel or raises is dropped."""
+    from interp.engine.kernels import sdpa_lse
+
+    g = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(40, h, 16, generator=g) for h in (4, 2))
+    a = ta._args(q, k, 0.4, None, None)
+    flags = dict(lag=True, tokens=False, entropy=False, key_mass=False, inp=False)
+    lse = ta.triton_forward(q, k, None, 0.4, None, None, block=16)[1]
+    honest = lambda name: ta._pass2(name, q, k, lse, None, a, None, 16, 4, None, flags)  # noqa: E731
+    times = {"per-head": 2.0, "packed": 1.0}
+    monkeypatch.setattr(sdpa_lse, "cuda_ms", lambda fn: (times[fn.__defaults__[0]], fn()))
+    monkeypatch.delenv("INTERP_PASS2", raising=False)
+
+    def choose(run):
+        ta._PASS2_CHOICE.clear()
+        return ta._pass2_choice(q, k, a, flags, None, run)
+
+    assert choose(honest) == "packed"
+    times.update({"per-head": 0.5})
+    assert choose(honest) == "per-head"
+    times.update({"per-head": 2.0})
+    wrong = lambda name: tuple(x * 1.01 if x is not None and name == "packed" else x for x in honest(name))  # noqa: E731
+    assert choose(wrong) == "per-head"
+
+    def broken(name):
+        if name == "packed":
+            raise RuntimeError("out of shared memory")
+        return honest(name)
+
+    assert choose(broken) == "per-head"
+    assert set(ta.pass2_choices().popitem()[1]["ms"]) == {"per-head"}
+    ta._PASS2_CHOICE.clear()
+
+
+def test_a_scan_with_the_packed_pass2_equals_the_cpu_kernel(monkeypatch):
+    """``INTERP_PASS2=packed`` runs every layer's pass 2 packed by kv head (tiny-llama: GQA): ``heads`` as the CPU engine."""
+    m = load_model("tiny-llama", device="cpu")
+    toks = [torch.randint(0, 200, (n,), generator=torch.Generator().manual_seed(n)) for n in (21, 40)]
+    cfg = ScanConfig(token_match=True)
+    ref = scan(m, toks, cfg, engine="cpu-kernel" if kernels.available() else "python")
+    monkeypatch.setenv("INTERP_PASS2", "packed")
+    got = scan(m.to(DEV), toks, cfg, engine="triton")
+    m.to("cpu")
+    pd.testing.assert_frame_equal(got.heads, ref.heads, rtol=1e-4, atol=1e-5)
+    monkeypatch.setenv("INTERP_PASS2", "fused")
+    with pytest.raises(ValueError, match="unknown pass-2 variant"):
+        ta.stream_layer(toks[0][:, None, None].float().expand(21, 2, 16), torch.zeros(21, 1, 16), None, 1.0, None, None, 16, 4, 8)
 
 
 def test_entropy_at_long_n_with_peaked_attention():

@@ -70,7 +70,8 @@ def reference_lse(q: torch.Tensor, k: torch.Tensor, scale: float, rows: torch.Te
     return torch.logsumexp(s, dim=-1)
 
 
-def _timed(fn) -> tuple[float, object]:
+def cuda_ms(fn) -> tuple[float, object]:
+    """``(milliseconds, fn())`` of one call of ``fn`` on the current CUDA stream (CUDA events, synchronised)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     r = fn()
@@ -91,7 +92,7 @@ def _choose(key, q, k, v, scale, triton_fn) -> str:
     for name, fn in cands.items():
         try:
             fn()  # warm-up (compilation, autotuning)
-            ms, (_, lse) = _timed(fn)
+            ms, (_, lse) = cuda_ms(fn)
         except Exception:  # noqa: BLE001  a private entry point that refuses this shape, dtype or version: not a candidate
             continue
         if (lse[:, rows] - ref).abs().max() <= LSE_TOL:

@@ -21,6 +21,10 @@ Design: two passes, the simple exact one.
    row entropy (``sum_j A_ij (lse_i - s_ij)``, no difference of large numbers) and per-plane InP order-free totals.
    Only the diagonals that hold the lags the measures read run (``diagonals``; the default scan reads lags 0..63
    and 500..5000, about a quarter of the tiles at 32k tokens), unless a reduction over every pair is asked for.
+   Tiles below the diagonal and inside the window build no mask. Two variants (``pass2_tile``): ``per-head``, one
+   query head per program; ``packed``, the G query heads that share a kv head in one program as ``G T`` rows of one
+   tile, so each key tile is loaded once for all of them rather than G times. On a GPU the first layer of each
+   shape times both and keeps the faster of those that agree with the per-head kernel (``pass2_choices``).
    The key-0 column and the map of the first positions need no pass: ``exp(s - lse)`` on those few logits.
 
 Why two passes and not one online pass: flash attention's single pass rescales its running ``P @ V`` when the
@@ -158,96 +162,135 @@ if triton is not None:
             tl.store(OUT + ooff, (o / acc[:, None]).to(OUT.dtype.element_ty), mask=row_ok[:, None] & (d[None, :] < D))
 
     @triton.jit
+    def _stats_tile(Q, K, LSE, TOK, KMASS, b, t, u_r, u_h, row_head, hg, g_ok, c, d, f, psum, t_prev, t_dup, t_ind, e_raw,
+                    e_norm, inp_s, inp_a, kvh, sq_n, sq_h, sk_n, sk_h, N, scale, softcap, window, skip,
+                    D: tl.constexpr, F: tl.constexpr, GP: tl.constexpr, T: tl.constexpr, HAS_CAP: tl.constexpr,
+                    HAS_WIN: tl.constexpr, PREC: tl.constexpr, MASK: tl.constexpr, DO_LAG: tl.constexpr,
+                    DO_TM: tl.constexpr, DO_ENT: tl.constexpr, DO_KMASS: tl.constexpr, DO_INP: tl.constexpr):
+        """One tile (query block b, key block b - t) of pass 2 for the GP packed heads: the accumulators updated.
+
+        Rows are (packed head, query) pairs: ``u_h[u]`` the head, ``u_r[u]`` the row in the block. The key tile is
+        loaded once for every packed head. ``MASK=False``: the caller knows every pair of the tile is visible."""
+        i = b * T + u_r
+        j = (b - t) * T + c
+        row_ok = (i < N) & row_head
+        q = tl.load(Q + i.to(tl.int64)[:, None] * sq_n + u_h[:, None] * sq_h + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+        k = tl.load(K + j.to(tl.int64)[:, None] * sk_n + kvh * sk_h + d[None, :], mask=(j[:, None] < N) & (d[None, :] < D), other=0.0)
+        lse2 = tl.load(LSE + u_h * N + i, mask=row_ok, other=0.0) * 1.4426950408889634
+        s2 = _tile_logits2(q, k, i, j, N, scale, softcap, window, HAS_CAP, HAS_WIN, PREC, MASK)
+        vis = (s2 != float("-inf")) & row_ok[:, None]
+        p = tl.where(vis, tl.exp2(s2 - lse2[:, None]), 0.0)
+        if DO_LAG:
+            psum += tl.where(j[None, :] >= skip, p, 0.0)
+        if DO_TM:  # TransformerLens head_detector patterns (interp.attention.token_match_masks)
+            tok_i = tl.load(TOK + i, mask=row_ok, other=-1)
+            tok_j = tl.load(TOK + j, mask=j < N, other=-2)
+            tok_jm1 = tl.load(TOK + j - 1, mask=(j >= 1) & (j < N), other=-3)
+            t_prev += tl.sum(tl.where(j[None, :] == i[:, None] - 1, p, 0.0), axis=1)
+            t_dup += tl.sum(tl.where((j[None, :] < i[:, None]) & (tok_j[None, :] == tok_i[:, None]), p, 0.0), axis=1)
+            t_ind += tl.sum(tl.where((j[None, :] >= 1) & (tok_jm1[None, :] == tok_i[:, None]), p, 0.0), axis=1)
+        if DO_ENT:  # -sum_j A log A = sum_j A (lse - s): no difference of two large numbers (exact at long N)
+            ps_row = tl.sum(p * tl.where(vis, lse2[:, None] - s2, 0.0), axis=1)
+            n_vis = i + 1
+            if HAS_WIN:
+                n_vis = tl.minimum(n_vis, window)
+            w = tl.where(n_vis > 1, 1.0 / tl.log(tl.maximum(n_vis, 2).to(tl.float32)), 0.0)
+            e_raw += ps_row
+            e_norm += ps_row * w
+        if DO_KMASS:  # per head and key: the packed rows of one head summed
+            cols = tl.sum(tl.reshape(p, (GP, T, T)), axis=1)
+            tl.atomic_add(KMASS + hg[:, None] * N + j[None, :], cols, mask=g_ok[:, None] & (j[None, :] < N), sem="relaxed")
+        if DO_INP:  # per-plane q.k over visible pairs with keys >= skip (planes (l, l + D/2)); not attention-weighted
+            pair = vis & (j[None, :] >= skip)
+            for l in range(0, F):
+                q1 = tl.load(Q + i.to(tl.int64) * sq_n + u_h * sq_h + l, mask=row_ok, other=0.0).to(tl.float32)
+                q2 = tl.load(Q + i.to(tl.int64) * sq_n + u_h * sq_h + l + F, mask=row_ok, other=0.0).to(tl.float32)
+                k1 = tl.load(K + j.to(tl.int64) * sk_n + kvh * sk_h + l, mask=j < N, other=0.0).to(tl.float32)
+                k2 = tl.load(K + j.to(tl.int64) * sk_n + kvh * sk_h + l + F, mask=j < N, other=0.0).to(tl.float32)
+                prod = tl.reshape(tl.where(pair, q1[:, None] * k1[None, :] + q2[:, None] * k2[None, :], 0.0), (GP, T, T))
+                ps = tl.sum(tl.sum(prod, axis=2), axis=1).to(tl.float64)
+                pa = tl.sum(tl.sum(tl.abs(prod), axis=2), axis=1).to(tl.float64)
+                inp_s = tl.where(f[None, :] == l, inp_s + ps[:, None], inp_s)
+                inp_a = tl.where(f[None, :] == l, inp_a + pa[:, None], inp_a)
+        return psum, t_prev, t_dup, t_ind, e_raw, e_norm, inp_s, inp_a
+
+    @triton.jit
     def _stats_kernel(Q, K, LSE, DIAGS, LAG, TOK, TM, ENT, KMASS, INPS, INPA,
-                      sq_n, sq_h, sk_n, sk_h, N, scale, softcap, window, skip, n_qb, n_prog,
+                      sq_n, sq_h, sk_n, sk_h, N, scale, softcap, window, skip, n_qb, n_prog, NH,
                       G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, F: tl.constexpr, FP: tl.constexpr,
-                      T: tl.constexpr, HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr, PREC: tl.constexpr,
-                      DO_LAG: tl.constexpr, DO_TM: tl.constexpr, DO_ENT: tl.constexpr, DO_KMASS: tl.constexpr,
-                      DO_INP: tl.constexpr):
-        """Pass 2, one tile diagonal ``t = DIAGS[program]`` of head h: the tiles (query block b, key block b - t) for
-        every b, so that every tile puts its lag-``delta`` entries on the same ``2T - 1`` lags ``t T + (r - c)``. The
-        program sums the tiles' probabilities into one ``[T, T]`` register tile and shears it once at the end
-        (``tl.gather``), so per-lag sums cost one add per tile entry; the other reductions are order-free totals or
-        per-key sums. Only the diagonals in DIAGS run (those holding the lags the measures read, or all of them)."""
-        pid, h = tl.program_id(0), tl.program_id(1)
+                      GP: tl.constexpr, T: tl.constexpr, HAS_CAP: tl.constexpr, HAS_WIN: tl.constexpr,
+                      PREC: tl.constexpr, DO_LAG: tl.constexpr, DO_TM: tl.constexpr, DO_ENT: tl.constexpr,
+                      DO_KMASS: tl.constexpr, DO_INP: tl.constexpr):
+        """Pass 2, one tile diagonal ``t = DIAGS[program]`` of a group of ``NH`` query heads (``h0 = group * NH``; one
+        head, or the ``G`` heads of one kv head packed as rows, ``GP`` = NH rounded up to a power of two): the tiles
+        (query block b, key block b - t) for every b, so that every tile puts its lag-``delta`` entries on the same
+        ``2T - 1`` lags ``t T + (r - c)``. The program sums the tiles' probabilities into one ``[GP T, T]`` register
+        tile and shears it once at the end (``tl.gather``), so per-lag sums cost one add per tile entry; the other
+        reductions are order-free totals or per-key sums. Only the diagonals in DIAGS run (those holding the lags the
+        measures read, or all of them). Tiles strictly below the diagonal and inside the window build no mask."""
+        pid, grp = tl.program_id(0), tl.program_id(1)
         t = tl.load(DIAGS + pid)
-        kvh = h // G
-        r = tl.arange(0, T)
+        h0 = grp * NH
+        kvh = h0 // G
+        u = tl.arange(0, GP * T)  # packed rows: head h0 + u // T, query row u % T of the block
+        u_r = u % T
+        u_h = h0 + u // T
+        row_head = (u // T) < NH
+        gi = tl.arange(0, GP)
+        hg = h0 + gi
+        g_ok = gi < NH
         c = tl.arange(0, T)
         d = tl.arange(0, DP)
         f = tl.arange(0, FP)
-        psum = tl.zeros([T, T], tl.float32)
-        t_prev = tl.zeros([T], tl.float32)
-        t_dup = tl.zeros([T], tl.float32)
-        t_ind = tl.zeros([T], tl.float32)
-        e_raw = tl.zeros([T], tl.float32)  # sum_j A_ij (lse_i - s_ij) in log2 units: the row entropy / ln 2
-        e_norm = tl.zeros([T], tl.float32)  # the same over log(#visible keys of row i)
-        inp_s = tl.zeros([FP], tl.float64)
-        inp_a = tl.zeros([FP], tl.float64)
+        psum = tl.zeros([GP * T, T], tl.float32)
+        t_prev = tl.zeros([GP * T], tl.float32)
+        t_dup = tl.zeros([GP * T], tl.float32)
+        t_ind = tl.zeros([GP * T], tl.float32)
+        e_raw = tl.zeros([GP * T], tl.float32)  # sum_j A_ij (lse_i - s_ij) in log2 units: the row entropy / ln 2
+        e_norm = tl.zeros([GP * T], tl.float32)  # the same over log(#visible keys of row i)
+        inp_s = tl.zeros([GP, FP], tl.float64)
+        inp_a = tl.zeros([GP, FP], tl.float64)
+        # every pair of a tile below the diagonal is causal-visible (j <= i - 1); inside the window when its largest
+        # lag t T + T - 1 is; padded rows (i >= N) are cut by row_ok, and their keys j < i0 < N exist
+        edge = t == 0
+        if HAS_WIN:
+            edge = edge | (t * T + T - 1 >= window)
         for b in range(t, n_qb):
-            i0 = b * T
-            j0 = (b - t) * T
-            i = i0 + r
-            j = j0 + c
-            row_ok = i < N
-            q = tl.load(Q + i.to(tl.int64)[:, None] * sq_n + h * sq_h + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
-            k = tl.load(K + j.to(tl.int64)[:, None] * sk_n + kvh * sk_h + d[None, :], mask=(j[:, None] < N) & (d[None, :] < D), other=0.0)
-            lse2 = tl.load(LSE + h * N + i, mask=row_ok, other=0.0) * 1.4426950408889634
-            s2 = _tile_logits2(q, k, i, j, N, scale, softcap, window, HAS_CAP, HAS_WIN, PREC, True)
-            vis = (s2 != float("-inf")) & row_ok[:, None]
-            p = tl.where(vis, tl.exp2(s2 - lse2[:, None]), 0.0)
-            if DO_LAG:
-                psum += tl.where(j[None, :] >= skip, p, 0.0)
-            if DO_TM:  # TransformerLens head_detector patterns (interp.attention.token_match_masks)
-                tok_i = tl.load(TOK + i, mask=row_ok, other=-1)
-                tok_j = tl.load(TOK + j, mask=j < N, other=-2)
-                tok_jm1 = tl.load(TOK + j - 1, mask=(j >= 1) & (j < N), other=-3)
-                t_prev += tl.sum(tl.where(j[None, :] == i[:, None] - 1, p, 0.0), axis=1)
-                t_dup += tl.sum(tl.where((j[None, :] < i[:, None]) & (tok_j[None, :] == tok_i[:, None]), p, 0.0), axis=1)
-                t_ind += tl.sum(tl.where((j[None, :] >= 1) & (tok_jm1[None, :] == tok_i[:, None]), p, 0.0), axis=1)
-            if DO_ENT:  # -sum_j A log A = sum_j A (lse - s): no difference of two large numbers (exact at long N)
-                ps_row = tl.sum(p * tl.where(vis, lse2[:, None] - s2, 0.0), axis=1)
-                n_vis = i + 1
-                if HAS_WIN:
-                    n_vis = tl.minimum(n_vis, window)
-                w = tl.where(n_vis > 1, 1.0 / tl.log(tl.maximum(n_vis, 2).to(tl.float32)), 0.0)
-                e_raw += ps_row
-                e_norm += ps_row * w
-            if DO_KMASS:
-                tl.atomic_add(KMASS + h * N + j, tl.sum(p, axis=0), mask=j < N, sem="relaxed")
-            if DO_INP:  # per-plane q.k over visible pairs with keys >= skip (planes (l, l + D/2)); not attention-weighted
-                pair = vis & (j[None, :] >= skip)
-                for l in range(0, F):
-                    q1 = tl.load(Q + i.to(tl.int64) * sq_n + h * sq_h + l, mask=row_ok, other=0.0).to(tl.float32)
-                    q2 = tl.load(Q + i.to(tl.int64) * sq_n + h * sq_h + l + F, mask=row_ok, other=0.0).to(tl.float32)
-                    k1 = tl.load(K + j.to(tl.int64) * sk_n + kvh * sk_h + l, mask=j < N, other=0.0).to(tl.float32)
-                    k2 = tl.load(K + j.to(tl.int64) * sk_n + kvh * sk_h + l + F, mask=j < N, other=0.0).to(tl.float32)
-                    prod = tl.where(pair, q1[:, None] * k1[None, :] + q2[:, None] * k2[None, :], 0.0)
-                    ps = tl.sum(tl.sum(prod, axis=1), axis=0).to(tl.float64)
-                    pa = tl.sum(tl.sum(tl.abs(prod), axis=1), axis=0).to(tl.float64)
-                    inp_s = tl.where(f == l, inp_s + ps, inp_s)
-                    inp_a = tl.where(f == l, inp_a + pa, inp_a)
+            if edge:
+                psum, t_prev, t_dup, t_ind, e_raw, e_norm, inp_s, inp_a = _stats_tile(
+                    Q, K, LSE, TOK, KMASS, b, t, u_r, u_h, row_head, hg, g_ok, c, d, f, psum, t_prev, t_dup, t_ind,
+                    e_raw, e_norm, inp_s, inp_a, kvh, sq_n, sq_h, sk_n, sk_h, N, scale, softcap, window, skip, D, F, GP,
+                    T, HAS_CAP, HAS_WIN, PREC, True, DO_LAG, DO_TM, DO_ENT, DO_KMASS, DO_INP)
+            else:
+                psum, t_prev, t_dup, t_ind, e_raw, e_norm, inp_s, inp_a = _stats_tile(
+                    Q, K, LSE, TOK, KMASS, b, t, u_r, u_h, row_head, hg, g_ok, c, d, f, psum, t_prev, t_dup, t_ind,
+                    e_raw, e_norm, inp_s, inp_a, kvh, sq_n, sq_h, sk_n, sk_h, N, scale, softcap, window, skip, D, F, GP,
+                    T, HAS_CAP, HAS_WIN, PREC, False, DO_LAG, DO_TM, DO_ENT, DO_KMASS, DO_INP)
         if DO_LAG:  # entry (r, c) has lag t T + r - c: two half-tiles of lags, each a row-wise gather then a column sum
-            u = tl.arange(0, T)
-            idx_lo = r[:, None] + (T - 1) - u[None, :]  # lag t T - (T - 1) + u  (r - c <= 0)
-            idx_hi = r[:, None] - 1 - u[None, :]  # lag t T + 1 + u  (r - c >= 1)
-            lo = tl.sum(tl.where(idx_lo < T, tl.gather(psum, tl.minimum(idx_lo, T - 1), axis=1), 0.0), axis=0)
-            hi = tl.sum(tl.where(idx_hi >= 0, tl.gather(psum, tl.maximum(idx_hi, 0), axis=1), 0.0), axis=0)
-            lag_lo = t * T - (T - 1) + u
-            lag_hi = t * T + 1 + u
-            tl.atomic_add(LAG + h * N + lag_lo, lo, mask=(lag_lo >= 0) & (lag_lo < N), sem="relaxed")
-            tl.atomic_add(LAG + h * N + lag_hi, hi, mask=(lag_hi >= 0) & (lag_hi < N), sem="relaxed")
-        part = h * n_prog + pid  # per-program partial totals, added up on the host side in a fixed order
+            w = tl.arange(0, T)
+            idx_lo = u_r[:, None] + (T - 1) - w[None, :]  # lag t T - (T - 1) + w  (r - c <= 0)
+            idx_hi = u_r[:, None] - 1 - w[None, :]  # lag t T + 1 + w  (r - c >= 1)
+            lo = tl.where(idx_lo < T, tl.gather(psum, tl.minimum(idx_lo, T - 1), axis=1), 0.0)
+            hi = tl.where(idx_hi >= 0, tl.gather(psum, tl.maximum(idx_hi, 0), axis=1), 0.0)
+            lo = tl.sum(tl.reshape(lo, (GP, T, T)), axis=1)  # [GP, T]: each packed head's rows summed
+            hi = tl.sum(tl.reshape(hi, (GP, T, T)), axis=1)
+            lag_lo = t * T - (T - 1) + w
+            lag_hi = t * T + 1 + w
+            tl.atomic_add(LAG + hg[:, None] * N + lag_lo[None, :], lo,
+                          mask=g_ok[:, None] & (lag_lo[None, :] >= 0) & (lag_lo[None, :] < N), sem="relaxed")
+            tl.atomic_add(LAG + hg[:, None] * N + lag_hi[None, :], hi,
+                          mask=g_ok[:, None] & (lag_hi[None, :] >= 0) & (lag_hi[None, :] < N), sem="relaxed")
+        part = hg * n_prog + pid  # per-program partial totals per head, added up on the host side in a fixed order
         if DO_TM:
-            tl.store(TM + part * 3 + 0, tl.sum(t_prev, axis=0).to(tl.float64))
-            tl.store(TM + part * 3 + 1, tl.sum(t_dup, axis=0).to(tl.float64))
-            tl.store(TM + part * 3 + 2, tl.sum(t_ind, axis=0).to(tl.float64))
+            tl.store(TM + part * 3 + 0, tl.sum(tl.reshape(t_prev, (GP, T)), axis=1).to(tl.float64), mask=g_ok)
+            tl.store(TM + part * 3 + 1, tl.sum(tl.reshape(t_dup, (GP, T)), axis=1).to(tl.float64), mask=g_ok)
+            tl.store(TM + part * 3 + 2, tl.sum(tl.reshape(t_ind, (GP, T)), axis=1).to(tl.float64), mask=g_ok)
         if DO_ENT:
-            tl.store(ENT + part * 2 + 0, tl.sum(e_raw, axis=0).to(tl.float64))
-            tl.store(ENT + part * 2 + 1, tl.sum(e_norm, axis=0).to(tl.float64))
+            tl.store(ENT + part * 2 + 0, tl.sum(tl.reshape(e_raw, (GP, T)), axis=1).to(tl.float64), mask=g_ok)
+            tl.store(ENT + part * 2 + 1, tl.sum(tl.reshape(e_norm, (GP, T)), axis=1).to(tl.float64), mask=g_ok)
         if DO_INP:
-            tl.store(INPS + part * F + f, inp_s, mask=f < F)
-            tl.store(INPA + part * F + f, inp_a, mask=f < F)
+            tl.store(INPS + part[:, None] * F + f[None, :], inp_s, mask=g_ok[:, None] & (f[None, :] < F))
+            tl.store(INPA + part[:, None] * F + f[None, :], inp_a, mask=g_ok[:, None] & (f[None, :] < F))
 
     # Pass 1 on a GPU: the tile shape and launch settings picked by timing, once per (length bucket, head shape, mask
     # kind); Hopper's flash-attention settings among them. Configs that do not fit the chip are skipped by the tuner.
@@ -388,10 +431,112 @@ def _on_device(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32, device=device)
 
 
+PASS2 = ("per-head", "packed")
+PASS2_ROWS = 256  # most packed rows (query heads x queries of a tile) per pass-2 program on a GPU
+PASS2_TOL = 1e-4  # relative: the variants differ only in float32 addition order
+_PASS2_CHOICE: dict[tuple, str] = {}
+_PASS2_TIMES: dict[tuple, dict[str, float]] = {}
+
+
+def pass2_tile(name: str, G: int, block: int | None) -> tuple[int, int]:
+    """``(GP, T)`` of a pass-2 variant: packed query heads per program (a power of two) and the square tile side.
+
+    ``"per-head"``: one query head per program, ``T = block`` (``LAG_TILE`` on a GPU). ``"packed"``: the ``G`` query heads
+    of one kv head in one program (``GP`` = G rounded up to a power of two; the key tile is loaded once for all of
+    them), ``T = block``, or on a GPU the largest power of two <= ``LAG_TILE`` with ``GP T <= PASS2_ROWS``.
+
+    Raises:
+        ValueError: an unknown variant name.
+    """
+    if name not in PASS2:
+        raise ValueError(f"unknown pass-2 variant {name!r}; use one of {', '.join(PASS2)}")
+    if name == "per-head":
+        return 1, block or LAG_TILE
+    GP = _pow2(G)
+    return GP, block or max(16, min(LAG_TILE, PASS2_ROWS // GP))
+
+
+def _pass2(name, q, k, lse, tok, a, window, block, skip, lags, flags):
+    """Run pass 2 as variant ``name``: ``(lag [head, pos] f32, token_match [head, prog, 3], entropy [head, prog, 2],
+    key_mass [head, pos] f32, inp_s, inp_a [head, prog, freq] f64)``, None for a reduction not asked for."""
+    N, H, D = q.shape
+    F, dev = D // 2, q.device
+    GP, T = pass2_tile(name, a["G"], block)
+    NH = 1 if name == "per-head" else a["G"]
+    full = flags["tokens"] or flags["entropy"] or flags["key_mass"] or flags["inp"]
+    diags = diagonals(N, T, window, None if full else lags) if (flags["lag"] or full) else []
+    P = max(len(diags), 1)
+    f32, f64 = dict(dtype=torch.float32, device=dev), dict(dtype=torch.float64, device=dev)
+    lag_t = torch.zeros(H, N, **f32) if flags["lag"] else None
+    tm = torch.zeros(H, P, 3, **f64) if flags["tokens"] else None
+    ent = torch.zeros(H, P, 2, **f64) if flags["entropy"] else None
+    km = torch.zeros(H, N, **f32) if flags["key_mass"] else None
+    inp_s = torch.zeros(H, P, F, **f64) if flags["inp"] else None
+    inp_a = torch.zeros(H, P, F, **f64) if flags["inp"] else None
+    pick = lambda t: lse if t is None else t  # noqa: E731  a stand-in for buffers a specialisation never touches
+    if diags:
+        kw = dict(num_warps=4 if GP * T <= 64 else 8, num_stages=3) if block is None else {}
+        _stats_kernel[(len(diags), H // NH)](
+            q, k, lse, _on_device(tuple(diags), dev), pick(lag_t), pick(tok), pick(tm), pick(ent), pick(km), pick(inp_s),
+            pick(inp_a), q.stride(0), q.stride(1), k.stride(0), k.stride(1), N, a["scale"], a["softcap"], a["window"],
+            int(skip), triton.cdiv(N, T), len(diags), NH, G=a["G"], D=D, DP=a["DP"], F=max(F, 1), FP=max(16, _pow2(F)),
+            GP=GP, T=T, HAS_CAP=a["HAS_CAP"], HAS_WIN=a["HAS_WIN"], PREC=a["PREC"], DO_LAG=flags["lag"],
+            DO_TM=flags["tokens"], DO_ENT=flags["entropy"], DO_KMASS=flags["key_mass"], DO_INP=flags["inp"], **kw)
+    return lag_t, tm, ent, km, inp_s, inp_a
+
+
+def _agree(a: tuple, b: tuple, lags) -> bool:
+    """Whether two pass-2 results agree to ``PASS2_TOL`` (relative to each reduction's largest value); lag sums are
+    compared on the asked ``lags`` only (the variants' tiles visit different extra lags)."""
+    for n, (x, y) in enumerate(zip(a, b)):
+        if x is None:
+            continue
+        if x.dim() == 3:  # per-program partial totals: programs differ between variants, their sums must not
+            x, y = x.sum(1), y.sum(1)
+        if n == 0 and lags is not None:
+            keep = torch.zeros(x.shape[-1], dtype=torch.bool, device=x.device)
+            for lo, hi in lags:
+                keep[lo : hi + 1] = True
+            x, y = x[:, keep], y[:, keep]
+        if y.numel() and not bool(((x.double() - y.double()).abs() <= PASS2_TOL * max(1.0, float(y.abs().max()))).all()):
+            return False
+    return True
+
+
+def _pass2_choice(q, k, a, flags, lags, run) -> str:
+    """The pass-2 variant for this layer's shape, measured once per process: the first layer of each shape (length
+    rounded up to a power of two, heads, kv heads, d_head, dtype, window, soft-cap, reductions) runs both variants,
+    drops the packed one if it raises or disagrees with the per-head kernel (``_agree``), and keeps the faster."""
+    N, H, D = q.shape
+    key = (_pow2(N), H, k.shape[1], D, q.dtype, a["HAS_WIN"], a["HAS_CAP"], tuple(sorted(flags.items())))
+    if key not in _PASS2_CHOICE:
+        times, ref = {}, None
+        for name in PASS2:
+            try:
+                run(name)  # warm-up: compilation
+                ms, got = sdpa_lse.cuda_ms(lambda name=name: run(name))
+            except Exception:  # noqa: BLE001  a variant the chip cannot compile (registers, shared memory): not a candidate
+                continue
+            if ref is None:
+                ref = got
+            elif not _agree(got, ref, lags):
+                continue
+            times[name] = ms
+        _PASS2_TIMES[key] = times
+        _PASS2_CHOICE[key] = min(times, key=times.get) if times else "per-head"
+    return _PASS2_CHOICE[key]
+
+
+def pass2_choices() -> dict[str, dict]:
+    """What pass 2 picked per shape key and the milliseconds each valid variant took (as ``sdpa_lse.choices``)."""
+    return {f"pos<={k[0]} h{k[1]} kv{k[2]} d{k[3]} {str(k[4]).removeprefix('torch.')}": {"picked": v, "ms": _PASS2_TIMES.get(k, {})}
+            for k, v in _PASS2_CHOICE.items()}
+
+
 def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | None, block: int | None, skip: int, map_size: int,
                  q_pre=None, k_pre=None, inp_pairing: str | None = None, tokens=None, *, lag: bool = True, key0: bool = True,
                  amap: bool = True, entropy: bool = False, key_mass: bool = False,
-                 lags: tuple[tuple[int, int], ...] | None = None):
+                 lags: tuple[tuple[int, int], ...] | None = None, pass2: str = "auto"):
     """One layer's exact attention and reductions on the Triton kernels (GPU, or CPU under ``TRITON_INTERPRET=1``).
 
     Pass 1 (``forward``) gives the output and the row normalisers; pass 2 recomputes the tiles the reductions need
@@ -410,6 +555,10 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
         lag, key0, amap, entropy, key_mass: which reductions to compute (the others come back None).
         lags: inclusive ``(lo, hi)`` lag ranges whose sums are needed (None: every lag); the sums of other lags may be
             left at 0 (they are whenever pass 2 can skip their diagonals).
+        pass2: the pass-2 kernel variant (``pass2_tile``): ``"per-head"``, ``"packed"`` (the query heads of one kv head
+            in one program), or ``"auto"``: the variant the environment's ``INTERP_PASS2`` names if set, else on a GPU
+            with ``block=None`` and grouped keys the faster of the two, measured on the first layer of each shape
+            (``pass2_choices``), else per-head.
 
     Returns:
         dict with ``out [pos, head, d_head]`` in v's dtype (None without v), ``lse [head, pos]`` float32, ``lag [head, pos]``
@@ -424,7 +573,8 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     tests bound the spread); every other output is run-to-run identical.
 
     Raises:
-        ValueError: ``block`` not a power of two >= 16, tensors on different devices, an unknown pairing, ``window < 1``.
+        ValueError: ``block`` not a power of two >= 16, tensors on different devices, an unknown pairing, ``window < 1``,
+            an unknown ``pass2``.
     """
     if block is not None and (block < 16 or block & (block - 1)):
         raise ValueError(f"the Triton kernel needs a tile that is a power of two >= 16, got {block}")
@@ -433,8 +583,7 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     check_window(window)
     inp = inp_pairing is not None
     q, k = rotate_half_planes(q, k, inp_pairing)
-    N, H, D = q.shape
-    F = D // 2
+    pass2_tile(pass2, 1, block) if pass2 != "auto" else None  # an unknown variant: the ValueError before any work
     a = _args(q, k, scale, window, softcap)
     dev = q.device
     rows = lambda t: t if t.stride(-1) == 1 else t.contiguous()  # noqa: E731  the kernels take row and head strides
@@ -442,30 +591,15 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     v = rows(v.to(q.dtype)) if v is not None else None
     with phase("attention", dev):
         out, lse = forward(q, k, v, scale, window, softcap, block)
-    T = LAG_TILE if block is None else block
-    n_qb = triton.cdiv(N, T)
-    full = tokens is not None or entropy or key_mass or inp
-    diags = diagonals(N, T, window, None if full else lags) if (lag or full) else []
-    f32 = dict(dtype=torch.float32, device=dev)
-    f64 = dict(dtype=torch.float64, device=dev)
-    P = max(len(diags), 1)
-    lag_t = torch.zeros(H, N, **f32) if lag else None
-    tm = torch.zeros(H, P, 3, **f64) if tokens is not None else None
-    ent = torch.zeros(H, P, 2, **f64) if entropy else None
-    km = torch.zeros(H, N, **f32) if key_mass else None
-    inp_s = torch.zeros(H, P, F, **f64) if inp else None
-    inp_a = torch.zeros(H, P, F, **f64) if inp else None
+    flags = dict(lag=lag, tokens=tokens is not None, entropy=entropy, key_mass=key_mass, inp=inp)
     tok = tokens.to(dev, torch.int64).contiguous() if tokens is not None else None
-    pick = lambda t: lse if t is None else t  # noqa: E731  a stand-in for buffers a specialisation never touches
+    run = lambda name: _pass2(name, q, k, lse, tok, a, window, block, skip, lags, flags)  # noqa: E731
     with phase("stats", dev):
-        if diags:
-            kw2 = dict(num_warps=4, num_stages=3) if block is None else {}
-            _stats_kernel[(len(diags), H)](
-                q, k, lse, _on_device(tuple(diags), dev), pick(lag_t), pick(tok), pick(tm), pick(ent),
-                pick(km), pick(inp_s), pick(inp_a), q.stride(0), q.stride(1), k.stride(0), k.stride(1), N, a["scale"],
-                a["softcap"], a["window"], int(skip), n_qb, len(diags), G=a["G"], D=D, DP=a["DP"], F=max(F, 1),
-                FP=max(16, _pow2(F)), T=T, HAS_CAP=a["HAS_CAP"], HAS_WIN=a["HAS_WIN"], PREC=a["PREC"], DO_LAG=lag,
-                DO_TM=tokens is not None, DO_ENT=entropy, DO_KMASS=key_mass, DO_INP=inp, **kw2)
+        name = pass2 if pass2 != "auto" else os.environ.get("INTERP_PASS2", "auto")
+        if name == "auto":
+            use_choice = block is None and q.is_cuda and a["G"] > 1 and any(flags.values())
+            name = _pass2_choice(q, k, a, flags, lags, run) if use_choice else "per-head"
+        lag_t, tm, ent, km, inp_s, inp_a = run(name)
         res = {"out": out, "lse": lse, "lag": lag_t.double() if lag else None,
                "key0": key0_weight(q, k, lse, scale, window, softcap) if key0 else None,
                "map": map_weights(q, k, lse, scale, window, softcap, map_size) if amap else None,
