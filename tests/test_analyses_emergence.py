@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from tests.conftest import load_script
 
@@ -76,3 +77,22 @@ def test_quick_icl_lr(tmp_path):
     # a larger step moves layer 1 faster: the lag-one mass at the end is higher at eta 3 than at eta 0.3
     end = runs.groupby("lr")["lag_mean_end"].mean()
     assert end[3.0] > end[0.3]
+
+
+def test_induction_text_refuses_cuda_without_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SystemExit) as e:
+        load_script(HERE / "induction_text.py").main(["--quick", "--device", "cuda"])
+    assert e.value.code == 2
+    assert "no CUDA GPU; use --device cpu" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_induction_text_trains_and_scans_on_a_gpu(tmp_path):
+    """The GPU path of the study (``--device cuda``): training, the callback's scans (Triton engine), the ICL score and
+    the effects run there, and the tables are written as on the CPU."""
+    runs = load_script(HERE / "induction_text.py").main(["--quick", "--device", "cuda", "--out", str(tmp_path)])
+    assert runs["device"].iloc[0] == "cuda"
+    traj = pd.read_csv(tmp_path / "emergence_text_trajectory.csv")
+    assert traj["icl_score"].notna().all() and traj["induction_score"].between(0, 1).all()

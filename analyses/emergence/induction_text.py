@@ -53,11 +53,13 @@ current 3-byte context is the next byte 75% of the time, for 51% of the bytes.
 Writes ``emergence_text_trajectory.csv`` (the callback's table: one row per seed, step, layer, head),
 ``emergence_text_loss.csv`` (every step's training loss), ``emergence_text_runs.csv`` (per seed: settings, formation
 steps, phase change, final scores, effect of the top induction head, training and scan seconds),
-``emergence_text_effects.csv`` (the effects table per seed), ``emergence_text_summary.csv`` (mean, min / max and 95%
+``emergence_text_effects.csv`` (the effects table per seed; ``emergence_text_runs.partial.csv`` holds the finished
+seeds' rows while the run goes on), ``emergence_text_summary.csv`` (mean, min / max and 95%
 t-interval over seeds) and ``emergence_text.{html,png}``; the trajectory pages ``emergence_text_seed<k>.html``
 (``interp.report.trajectory_page``).
 
-    python analyses/emergence/induction_text.py [--steps 3000] [--layers 3] [--length 256] [--probes seen] [--quick] [--out DIR]
+    python analyses/emergence/induction_text.py [--steps 3000] [--layers 3] [--length 256] [--probes seen] [--device cpu]
+        [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ from interp.lab.vocab import BOS  # noqa: E402
 from interp.report.trajectory_page import write_trajectory_page  # noqa: E402
 
 ROLE = 0.3  # the atlas's role threshold (final_roles), fixed before the runs
-SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "pe", "lr", "probes", "role_level",
+SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "pe", "lr", "probes", "device", "role_level",
             "early", "late", "icl_band", "icl_windows")
 EARLY = 8
 OPTIONS = (("--steps", int, 3000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
@@ -99,6 +101,7 @@ OPTIONS = (("--steps", int, 3000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
            ("--lr", float, 3e-3, "peak learning rate"), ("--warmup", int, 50, "warmup steps (at most a quarter of --steps)"),
            ("--icl-windows", int, 128, "held-out windows of the ICL score"),
            ("--icl-band", int, 16, "tokens averaged at each end of the ICL score (1: Olsson et al.'s single tokens)"),
+           ("--device", str, "cpu", "where to train and scan (cuda: a GPU; the scans then run on the Triton engine)"),
            ("--probes", str, "seen", "repeated-random probe tokens: all (the whole vocabulary, no <bos>) | seen (<bos>, then ids "
                                     "in the training text)"))
 
@@ -133,7 +136,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     torch.manual_seed(seed)
     cfg = LabConfig(vocab_size=len(text_lm.BYTE_VOCAB), n_layers=args.layers, n_heads=args.heads, d_model=args.d_model,
                     d_mlp=4 * args.d_model, max_positions=n, pe=args.pe)
-    model = LabForCausalLM(cfg)
+    model = LabForCausalLM(cfg).to(args.device)
     loaded = lab_loaded(model, text_lm.BYTE_VOCAB)
     probes = repeated_probes(loaded, train, args.probes, 8, n, 1000 + seed)
     windows = text_lm.disjoint_windows(test, n, args.icl_windows)
@@ -167,7 +170,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
     row = {"seed": seed, "steps": args.steps, "length": n, "batch": args.batch, "d_model": args.d_model, "layers": args.layers,
-           "heads": args.heads, "pe": args.pe, "lr": args.lr, "probes": args.probes, "role_level": ROLE, "early": EARLY, "late": n - 1,
+           "heads": args.heads, "pe": args.pe, "lr": args.lr, "probes": args.probes, "device": args.device, "role_level": ROLE, "early": EARLY, "late": n - 1,
            "icl_band": args.icl_band, "icl_windows": args.icl_windows, "t_induction": first_crossing(per_step, "induction", ROLE),
            "t_prev": first_crossing(per_step, "prev", ROLE),
            "phase_change_step": float(per_step["step"].iloc[k]), "phase_change_icl_drop": float(d_icl.iloc[k]) if k else np.nan,
@@ -205,14 +208,19 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     for flag, kind, default, text in OPTIONS:
         ap.add_argument(flag, type=kind, default=default, help=text)
     args = ap.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: this machine has no CUDA GPU; use --device cpu")
     if args.quick:
         args.steps, args.seeds, args.length, args.batch, args.points, args.d_model = 30, 1, 32, 4, 6, 32
         args.layers, args.every, args.icl_windows, args.icl_band = 2, 0, 16, 4
     args.out.mkdir(parents=True, exist_ok=True)
     train, test = text_lm.split_pydoc()
     t0 = time.perf_counter()
+    parts = []
     with one_thread():
-        parts = [run_seed(s, args, train, test) for s in range(args.seeds)]
+        for seed in range(args.seeds):  # each seed's run row kept as it ends: a time limit leaves the finished seeds
+            parts.append(run_seed(seed, args, train, test))
+            pd.DataFrame([p[2] for p in parts]).to_csv(args.out / "emergence_text_runs.partial.csv", index=False)
     traj = pd.concat([p[0] for p in parts], ignore_index=True)
     losses = pd.concat([p[1] for p in parts], ignore_index=True)
     runs = pd.DataFrame([p[2] for p in parts])
@@ -226,7 +234,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     save_figure(figure(traj), args.out, "emergence_text")
     for seed, g in traj.groupby("seed"):
         write_trajectory_page(g, args.out / f"emergence_text_seed{seed}.html", losses=losses[losses["seed"] == seed],
-                              title=f"2-layer byte model on pydoc, seed {seed}", inline_js=False)
+                              title=f"{args.layers}-layer byte model on pydoc, seed {seed}", inline_js=False)
+    (args.out / "emergence_text_runs.partial.csv").unlink()
     print(f"{args.seeds} seeds in {time.perf_counter() - t0:.0f} s", flush=True)
     return runs
 

@@ -199,11 +199,12 @@ def icl_score(model: torch.nn.Module, input_ids: Int[torch.Tensor, "batch pos"],
                           f"use width < {(late - early + 1) // 2 + 1}")
     bands = (torch.arange(early, early + width), torch.arange(late - width + 1, late + 1))
     tot = torch.zeros(2, dtype=torch.float64)
+    dev = next(model.parameters(), torch.empty(0)).device  # the forward on the model's device, the sums on the CPU
     for s in range(0, len(input_ids), batch_size):
-        x = input_ids[s: s + batch_size]
+        x = input_ids[s: s + batch_size].to(dev)
         logp = torch.log_softmax(model(input_ids=x[:, :late]).logits.double(), -1)
         for i, t in enumerate(bands):
-            tot[i] += -logp[:, t - 1].gather(-1, x[:, t, None])[..., 0].sum() / width
+            tot[i] += -logp[:, t - 1].gather(-1, x[:, t, None])[..., 0].sum().cpu() / width
     nll = tot / len(input_ids)
     return float(nll[1] - nll[0])
 

@@ -186,12 +186,14 @@ def lm_passkey_loss(model, batch: dict) -> torch.Tensor:
 @torch.no_grad()
 def token_nll(model, input_ids: Int[torch.Tensor, "batch pos"], batch_size: int = 8) -> Float[torch.Tensor, "batch pos"]:
     """``[batch, pos - 1]`` float64 next-token negative log-likelihood (nats): entry ``t - 1`` is
-    ``-log p(x_t | x_<t)`` from the logits at ``t - 1`` (one forward per ``batch_size`` rows)."""
+    ``-log p(x_t | x_<t)`` from the logits at ``t - 1`` (one forward per ``batch_size`` rows, on the model's device;
+    the result on the CPU)."""
     out = []
+    dev = next(model.parameters(), torch.empty(0)).device
     for s in range(0, len(input_ids), batch_size):
-        x = input_ids[s: s + batch_size]
+        x = input_ids[s: s + batch_size].to(dev)
         logp = torch.log_softmax(model(input_ids=x).logits[:, :-1].double(), -1)
-        out.append(-logp.gather(-1, x[:, 1:, None])[..., 0])
+        out.append(-logp.gather(-1, x[:, 1:, None])[..., 0].cpu())
     return torch.cat(out)
 
 

@@ -85,7 +85,8 @@ def train_model(model: torch.nn.Module, batch_fn: BatchFn, cfg: TrainConfig | No
 
     Seeded: ``torch.manual_seed(cfg.seed)`` and ``batch_fn`` gets ``numpy.random.default_rng(cfg.seed)``, so
     the same model, task and config give the same weights (on the same machine and thread count).
-    The model is left in eval mode.
+    The model is left in eval mode. Training runs on the model's device (``model.to("cuda")`` first for a GPU): the
+    batches' tensors are moved there.
 
     Args:
         loss_fn: ``(model, batch) -> scalar`` to minimise; default ``lm_loss`` (the masked next-token loss).
@@ -107,8 +108,9 @@ def train_model(model: torch.nn.Module, batch_fn: BatchFn, cfg: TrainConfig | No
     losses: list[float] = []
     _notify(callbacks, 0, model, None)
     t0 = time.perf_counter()
+    dev = next(model.parameters()).device
     for step in range(cfg.steps):
-        batch = batch_fn(step, rng)
+        batch = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in batch_fn(step, rng).items()}
         loss = loss_fn(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
