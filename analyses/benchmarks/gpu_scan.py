@@ -20,7 +20,7 @@ in one run:
 - where the time of one default scan goes (``interp.engine.phases``, CUDA events, one more timed scan): ``ph_attention_s``
   (pass 1: output and log-sum-exp; ``pass1`` names the kernel ``interp.engine.kernels.sdpa_lse`` picked),
   ``ph_stats_s`` (pass 2 and the key-0 / map reads; ``pass2`` names the variant ``triton_attention`` picked, per-head
-  or packed by kv head, and ``pass2_ms`` each one's time on the first layer), ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's
+  packed or packed-small by kv head, and ``pass2_ms`` each one's time on the first layer), ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's
   per-layer update), ``ph_flush_s`` (device sums to the CPU, once per scan), ``ph_model_s`` (the rest: the model's
   own layers, taps and Python), ``tables_s`` (building ``heads`` from the summed state, not part of ``scan_s``).
 

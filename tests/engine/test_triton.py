@@ -219,14 +219,16 @@ def test_pass2_at_the_gpu_tile():
 
 @pytest.mark.parametrize("heads, kv, window", [(8, 2, None), (7, 1, 90), (4, 4, None)])
 def test_packed_pass2_at_the_gpu_tiles(heads, kv, window):
-    """The packed pass 2 at the tile a GPU gives it (``pass2_tile(..., block=None)``: Llama's four query heads per kv
-    head at 64 x 64, Qwen2.5's seven padded to eight at 32 x 32, one head per kv head), every reduction."""
-    GP, T = ta.pass2_tile("packed", heads // kv, None)
-    assert GP * T <= ta.PASS2_ROWS and T & (T - 1) == 0 and GP >= heads // kv
-    g = torch.Generator().manual_seed(heads)
-    q, k, v = (torch.randn(2 * T + 9, h, 16, generator=g).to(DEV) for h in (heads, kv, kv))
-    tok = torch.randint(0, 5, (q.shape[0],), generator=g).to(DEV)
-    _check_all(q, k, v, tok, 0.4, window, None, block=T, pass2="packed")
+    """The packed pass 2 at the tiles a GPU gives it (``pass2_tile(..., block=None)``: Llama's four query heads per kv
+    head at 64 x 64 / 32 x 32, Qwen2.5's seven padded to eight at 32 x 32 / 16 x 16, one head per kv head), every
+    reduction."""
+    for name in ("packed", "packed-small"):
+        GP, T = ta.pass2_tile(name, heads // kv, None)
+        assert GP * T <= ta.PASS2_ROWS[name] and T & (T - 1) == 0 and GP >= heads // kv
+        g = torch.Generator().manual_seed(heads)
+        q, k, v = (torch.randn(2 * T + 9, h, 16, generator=g).to(DEV) for h in (heads, kv, kv))
+        tok = torch.randint(0, 5, (q.shape[0],), generator=g).to(DEV)
+        _check_all(q, k, v, tok, 0.4, window, None, block=T, pass2=name)
 
 
 def test_pass2_variants_agree_on_the_asked_lags():
@@ -235,8 +237,8 @@ def test_pass2_variants_agree_on_the_asked_lags():
     g = torch.Generator().manual_seed(9)
     q, k, v = (torch.randn(200, h, 16, generator=g).to(DEV) for h in (8, 2, 2))
     lags = ((0, 7), (60, 90))
-    a, b = (ta.stream_layer(q, k, v, 0.4, None, None, 16, 4, 8, lags=lags, pass2=p) for p in ta.PASS2)
-    assert ta._agree((a["lag"],), (b["lag"],), lags)
+    a, *rest = (ta.stream_layer(q, k, v, 0.4, None, None, 16, 4, 8, lags=lags, pass2=p) for p in ta.PASS2)
+    assert all(ta._agree((b["lag"],), (a["lag"],), lags) for b in rest)
     with pytest.raises(ValueError, match="unknown pass-2 variant"):
         ta.stream_layer(q, k, v, 0.4, None, None, 16, 4, 8, pass2="fused")
 
@@ -247,12 +249,12 @@ def test_the_pass2_choice_keeps_the_fastest_variant_that_agrees(monkeypatch):
     from interp.engine.kernels import sdpa_lse
 
     g = torch.Generator().manual_seed(4)
-    q, k = (torch.randn(40, h, 16, generator=g) for h in (4, 2))
+    q, k = (torch.randn(40, h, 16, generator=g) for h in (8, 2))  # four query heads per kv head: three distinct tiles
     a = ta._args(q, k, 0.4, None, None)
     flags = dict(lag=True, tokens=False, entropy=False, key_mass=False, inp=False)
     lse = ta.triton_forward(q, k, None, 0.4, None, None, block=16)[1]
     honest = lambda name: ta._pass2(name, q, k, lse, None, a, None, 16, 4, None, flags)  # noqa: E731
-    times = {"per-head": 2.0, "packed": 1.0}
+    times = {"per-head": 2.0, "packed": 1.0, "packed-small": 1.5}
     monkeypatch.setattr(sdpa_lse, "cuda_ms", lambda fn: (times[fn.__defaults__[0]], fn()))
     monkeypatch.delenv("INTERP_PASS2", raising=False)
 
@@ -265,10 +267,10 @@ def test_the_pass2_choice_keeps_the_fastest_variant_that_agrees(monkeypatch):
     assert choose(honest) == "per-head"
     times.update({"per-head": 2.0})
     wrong = lambda name: tuple(x * 1.01 if x is not None and name == "packed" else x for x in honest(name))  # noqa: E731
-    assert choose(wrong) == "per-head"
+    assert choose(wrong) == "packed-small"
 
     def broken(name):
-        if name == "packed":
+        if name != "per-head":
             raise RuntimeError("out of shared memory")
         return honest(name)
 

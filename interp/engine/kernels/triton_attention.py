@@ -21,10 +21,11 @@ Design: two passes, the simple exact one.
    row entropy (``sum_j A_ij (lse_i - s_ij)``, no difference of large numbers) and per-plane InP order-free totals.
    Only the diagonals that hold the lags the measures read run (``diagonals``; the default scan reads lags 0..63
    and 500..5000, about a quarter of the tiles at 32k tokens), unless a reduction over every pair is asked for.
-   Tiles below the diagonal and inside the window build no mask. Two variants (``pass2_tile``): ``per-head``, one
-   query head per program; ``packed``, the G query heads that share a kv head in one program as ``G T`` rows of one
-   tile, so each key tile is loaded once for all of them rather than G times. On a GPU the first layer of each
-   shape times both and keeps the faster of those that agree with the per-head kernel (``pass2_choices``).
+   Tiles below the diagonal and inside the window build no mask. Variants (``pass2_tile``): ``per-head``, one
+   query head per program; ``packed`` / ``packed-small``, the G query heads that share a kv head in one program as
+   ``G T`` rows of one tile (at most 256 / 128 rows), so each key tile is loaded once for all of them rather than G
+   times. On a GPU the first layer of each shape times them and keeps the fastest of those that agree with the
+   per-head kernel (``pass2_choices``).
    The key-0 column and the map of the first positions need no pass: ``exp(s - lse)`` on those few logits.
 
 Why two passes and not one online pass: flash attention's single pass rescales its running ``P @ V`` when the
@@ -431,8 +432,8 @@ def _on_device(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32, device=device)
 
 
-PASS2 = ("per-head", "packed")
-PASS2_ROWS = 256  # most packed rows (query heads x queries of a tile) per pass-2 program on a GPU
+PASS2 = ("per-head", "packed", "packed-small")
+PASS2_ROWS = {"packed": 256, "packed-small": 128}  # most packed rows (query heads x queries of a tile) per program, GPU
 PASS2_TOL = 1e-4  # relative: the variants differ only in float32 addition order
 _PASS2_CHOICE: dict[tuple, str] = {}
 _PASS2_TIMES: dict[tuple, dict[str, float]] = {}
@@ -441,9 +442,11 @@ _PASS2_TIMES: dict[tuple, dict[str, float]] = {}
 def pass2_tile(name: str, G: int, block: int | None) -> tuple[int, int]:
     """``(GP, T)`` of a pass-2 variant: packed query heads per program (a power of two) and the square tile side.
 
-    ``"per-head"``: one query head per program, ``T = block`` (``LAG_TILE`` on a GPU). ``"packed"``: the ``G`` query heads
-    of one kv head in one program (``GP`` = G rounded up to a power of two; the key tile is loaded once for all of
-    them), ``T = block``, or on a GPU the largest power of two <= ``LAG_TILE`` with ``GP T <= PASS2_ROWS``.
+    ``"per-head"``: one query head per program, ``T = block`` (``LAG_TILE`` on a GPU). ``"packed"`` and
+    ``"packed-small"``: the ``G`` query heads of one kv head in one program (``GP`` = G rounded up to a power of two;
+    the key tile is loaded once for all of them), ``T = block``, or on a GPU the largest power of two <= ``LAG_TILE``
+    with ``GP T <= PASS2_ROWS[name]`` (256 rows: the key tile of Llama's four heads per kv head stays 64 wide;
+    128 rows: fewer registers per program, for chips where the larger tile spills).
 
     Raises:
         ValueError: an unknown variant name.
@@ -453,7 +456,7 @@ def pass2_tile(name: str, G: int, block: int | None) -> tuple[int, int]:
     if name == "per-head":
         return 1, block or LAG_TILE
     GP = _pow2(G)
-    return GP, block or max(16, min(LAG_TILE, PASS2_ROWS // GP))
+    return GP, block or max(16, min(LAG_TILE, PASS2_ROWS[name] // GP))
 
 
 def _pass2(name, q, k, lse, tok, a, window, block, skip, lags, flags):
@@ -475,7 +478,7 @@ def _pass2(name, q, k, lse, tok, a, window, block, skip, lags, flags):
     inp_a = torch.zeros(H, P, F, **f64) if flags["inp"] else None
     pick = lambda t: lse if t is None else t  # noqa: E731  a stand-in for buffers a specialisation never touches
     if diags:
-        kw = dict(num_warps=4 if GP * T <= 64 else 8, num_stages=3) if block is None else {}
+        kw = dict(num_warps=4 if GP * T <= 128 else 8, num_stages=3) if block is None else {}
         _stats_kernel[(len(diags), H // NH)](
             q, k, lse, _on_device(tuple(diags), dev), pick(lag_t), pick(tok), pick(tm), pick(ent), pick(km), pick(inp_s),
             pick(inp_a), q.stride(0), q.stride(1), k.stride(0), k.stride(1), N, a["scale"], a["softcap"], a["window"],
@@ -505,13 +508,17 @@ def _agree(a: tuple, b: tuple, lags) -> bool:
 
 def _pass2_choice(q, k, a, flags, lags, run) -> str:
     """The pass-2 variant for this layer's shape, measured once per process: the first layer of each shape (length
-    rounded up to a power of two, heads, kv heads, d_head, dtype, window, soft-cap, reductions) runs both variants,
-    drops the packed one if it raises or disagrees with the per-head kernel (``_agree``), and keeps the faster."""
+    rounded up to a power of two, heads, kv heads, d_head, dtype, window, soft-cap, reductions) runs every variant
+    (``PASS2``; one of those with the same tile), drops a packed one that raises or disagrees with the per-head kernel
+    (``_agree``), and keeps the fastest."""
     N, H, D = q.shape
     key = (_pow2(N), H, k.shape[1], D, q.dtype, a["HAS_WIN"], a["HAS_CAP"], tuple(sorted(flags.items())))
     if key not in _PASS2_CHOICE:
-        times, ref = {}, None
+        times, ref, tiles = {}, None, set()
         for name in PASS2:
+            if pass2_tile(name, a["G"], None) in tiles:  # the same program as a variant already timed (e.g. G = 2)
+                continue
+            tiles.add(pass2_tile(name, a["G"], None))
             try:
                 run(name)  # warm-up: compilation
                 ms, got = sdpa_lse.cuda_ms(lambda name=name: run(name))
@@ -555,10 +562,10 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
         lag, key0, amap, entropy, key_mass: which reductions to compute (the others come back None).
         lags: inclusive ``(lo, hi)`` lag ranges whose sums are needed (None: every lag); the sums of other lags may be
             left at 0 (they are whenever pass 2 can skip their diagonals).
-        pass2: the pass-2 kernel variant (``pass2_tile``): ``"per-head"``, ``"packed"`` (the query heads of one kv head
-            in one program), or ``"auto"``: the variant the environment's ``INTERP_PASS2`` names if set, else on a GPU
-            with ``block=None`` and grouped keys the faster of the two, measured on the first layer of each shape
-            (``pass2_choices``), else per-head.
+        pass2: the pass-2 kernel variant (``pass2_tile``): ``"per-head"``, ``"packed"`` / ``"packed-small"`` (the query
+            heads of one kv head in one program, 256 / 128 rows on a GPU), or ``"auto"``: the variant the environment's
+            ``INTERP_PASS2`` names if set, else on a GPU with ``block=None`` and grouped keys the fastest, measured on
+            the first layer of each shape (``pass2_choices``), else per-head.
 
     Returns:
         dict with ``out [pos, head, d_head]`` in v's dtype (None without v), ``lse [head, pos]`` float32, ``lag [head, pos]``
