@@ -45,3 +45,13 @@ def test_attribution_rows_and_agreement(tmp_path):
     assert set(agree["intervention"]) == {"zero", "mean"} and set(agree["depth"]) >= {"all", "early", "late"}
     assert (agree.loc[agree["depth"] == "all", "heads"] == 8).all()
     assert agree["spearman"].dropna().between(-1, 1).all()
+    assert df.loc["attribution", "ratio"] == pytest.approx(df.loc["attribution", "seconds"] / df.loc["scan", "seconds"], rel=1e-9)
+    # --only-attribution replaces that row alone, its ratio against the scan of its own run
+    before = pd.read_csv(tmp_path / "effects_cost.csv")
+    row = mod.main(["--quick", "--only-attribution", "--out", str(tmp_path)]).iloc[0]
+    after = pd.read_csv(tmp_path / "effects_cost.csv")
+    assert len(after) == len(before) and row["ratio"] == pytest.approx(row["seconds"] / row["scan_ref_s"], rel=1e-9)
+    others = ["scan", "forward", "effects", "naive"]
+    pd.testing.assert_frame_equal(after[after["run"].isin(others)].reset_index(drop=True),
+                                  before[before["run"].isin(others)].reset_index(drop=True))
+    assert after.loc[after["run"] == "attribution", "seconds"].item() == pytest.approx(row["seconds"])

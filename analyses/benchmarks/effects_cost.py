@@ -14,7 +14,8 @@ On the same prompts, in one process, one after the other:
 - ``attribution``: ``interp.experiments.attribution.attribution_effects`` (linearised zero and mean effects of every
   head, one forward and one backward per prompt; Nanda 2023, Syed et al. 2023), with ``--attribution``.
 
-``ratio`` = seconds / ``scan`` seconds; ``speedup`` (on the ``effects`` row) = naive seconds / effects seconds;
+``ratio`` = seconds / ``scan`` seconds (for ``attribution``: / ``scan_ref_s``, the scan of its own run; with
+``--only-attribution`` a run times one scan and attribution patching only and replaces that row alone); ``speedup`` (on the ``effects`` row) = naive seconds / effects seconds;
 ``cpu_s``, ``ratio_cpu``, ``speedup_cpu``: the same from this process's CPU time (on a CPU run with one thread, what
 other load on the machine changes least; wall time on a shared machine can differ by a third between runs);
 ``max_abs_diff`` = the largest |dnll| or |kl| difference between the fast path and the naive loop over the heads both
@@ -28,7 +29,7 @@ keeping the others) and, for the zoo weights only, the fast path's table ``figur
 against exact zero / mean effects over all heads and per depth third, the worst heads; the model's rows replaced).
 
     python analyses/benchmarks/effects_cost.py [--model smollm2-135m] [--prompts 8] [--tokens 512] [--device cuda]
-        [--random-weights] [--naive-heads K] [--attribution] [--quick] [--out DIR]
+        [--random-weights] [--naive-heads K] [--attribution] [--only-attribution] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -102,6 +103,33 @@ def spread_heads(n_layers: int, n_heads: int, k: int) -> tuple[tuple[int, int], 
     return tuple((int(i // n_heads), int(i % n_heads)) for i in idx)
 
 
+def machine_name(dev: str, threads: int) -> str:
+    """The ``device`` column: the GPU's name, or the CPU with its core and thread counts."""
+    if str(dev).startswith("cuda"):
+        return torch.cuda.get_device_name()
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {threads} thread(s)"
+
+
+def attribution_row(args, model, prompts, warm, t_scan: float, c_scan: float, machine: str) -> pd.DataFrame:
+    """``--only-attribution``: time attribution patching (zero and mean, every head) after the scan just timed, and
+    replace this model's ``attribution`` row of ``effects_cost.csv``; ``ratio`` divides by that scan
+    (``scan_ref_s``), not by the ``scan`` row of the full run."""
+    from interp.experiments.attribution import attribution_effects
+    from interp.experiments.effects import EffectsConfig
+
+    attribution_effects(model, warm, EffectsConfig(interventions=("zero", "mean"), bootstrap=0))  # warm-up
+    t_attr, attr = timed(lambda: attribution_effects(model, prompts, EffectsConfig(interventions=("zero", "mean"), bootstrap=1000)),
+                         args.device)
+    row = pd.DataFrame([{"model": args.model, "weights": "random (published config)" if args.random_weights else "zoo",
+                         "device": machine, "prompts": args.prompts, "tokens": args.tokens, "interventions": "zero,mean",
+                         "heads": model.card.n_layers * model.card.n_heads, "run": "attribution", "seconds": t_attr,
+                         "cpu_s": CPU_S[id(attr)], "runs": args.prompts, "extrapolated": False, "scan_ref_s": t_scan,
+                         "ratio": t_attr / t_scan, "ratio_cpu": CPU_S[id(attr)] / c_scan}])
+    write_rows(row, args.out / "effects_cost.csv", ("model", "weights", "device", "run"))
+    print(row[["model", "seconds", "scan_ref_s", "ratio", "ratio_cpu"]].to_string(index=False))
+    return row
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -114,6 +142,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--max-logits-gb", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads)")
     ap.add_argument("--attribution", action="store_true", help="also attribution patching and its agreement with the exact effects")
+    ap.add_argument("--only-attribution", action="store_true", help="time one scan and attribution patching only, and replace "
+                    "this model's attribution row (its ratio to the scan of the same run)")
     ap.add_argument("--quick", action="store_true", help="tiny-llama, 2 prompts x 32 tokens, every head (for the tests)")
     ap.add_argument("--out", type=Path, default=ROOT / "figures")
     args = parse_tracked(ap, argv, __file__)
@@ -149,6 +179,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     t_scan, res_scan = timed(lambda: scan(model, prompts, ScanConfig()), dev)
     c_scan = CPU_S[id(res_scan)]
+    if args.only_attribution:
+        return attribution_row(args, model, prompts, warm, t_scan, c_scan, machine_name(dev, args.threads))
     c0 = time.process_time()
     t_fwd, _ = timed(forward, dev)
     c_fwd = time.process_time() - c0
@@ -171,8 +203,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     key = ["layer", "head", "intervention"]
     both = fast.table.merge(slow.table, on=key, suffixes=("", "_naive"))
     diff = float(max((both["dnll"] - both["dnll_naive"]).abs().max(), (both["kl"] - both["kl_naive"]).abs().max()))
-    machine = (torch.cuda.get_device_name() if str(dev).startswith("cuda")
-               else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.threads} thread(s)")
+    machine = machine_name(dev, args.threads)
     base = {"model": args.model, "weights": "random (published config)" if args.random_weights else "zoo", "device": machine,
             "prompts": args.prompts, "tokens": args.tokens, "interventions": ",".join(kinds), "heads": L * H}
     c_eff, c_naive_all = CPU_S[id(fast)], CPU_S[id(slow)] * runs_all / runs_naive
@@ -186,7 +217,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ]
     if args.attribution and linear:
         rows.append({**base, "run": "attribution", "seconds": t_attr, "cpu_s": CPU_S[id(attr)], "runs": args.prompts,
-                     "extrapolated": False, "interventions": ",".join(linear)})
+                     "extrapolated": False, "interventions": ",".join(linear), "scan_ref_s": t_scan})
     df = pd.DataFrame(rows)
     df["ratio"] = df["seconds"] / t_scan
     df["ratio_cpu"] = df["cpu_s"] / c_scan

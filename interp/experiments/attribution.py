@@ -14,8 +14,10 @@ second order at the clean run: its linear term is 0). ``agreement`` compares it 
 over heads, overall and per depth third (the large effects of early layers are the known weak point of the linear
 approximation), and the heads where the two disagree most.
 
-Cost: per prompt one forward and one backward (about three forwards) plus the clean pass for the means; the model's
-parameters are frozen while it runs (their ``requires_grad`` restored on exit).
+Cost: per prompt one forward and one backward (the parameters are frozen while it runs, so the backward computes no
+weight gradients; their ``requires_grad`` restored on exit). The ``mean`` reference needs no clean pass of its own: the
+effect is linear in it, ``sum_i (m - z_i) . g_i = m . sum_i g_i - sum_i z_i . g_i``, so each prompt keeps its
+gradient sum and ``z . g`` total, and the mean of the same forwards' head outputs is applied after the last prompt.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch
 
 from interp.errors import ConfigError
 from interp.experiments.effects import EffectsConfig, EffectsResult, _meta, _order, _prompts, _table
-from interp.hooks.heads import head_means, output_projections, output_width
+from interp.hooks.heads import output_projections, output_width
 
 LINEAR_KINDS = ("zero", "mean")
 
@@ -111,23 +113,24 @@ def attribution_effects(model, prompts, config: EffectsConfig | None = None, *, 
     heads = sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
     P = toks.shape[0]
     t0 = time.perf_counter()
-    ref = None
-    if "mean" in cfg.interventions:
-        ref = (head_means(model, toks) if means is None else torch.as_tensor(means)).to(model.device).float()
     order = _order(heads, cfg.interventions)
     li = torch.tensor([l for l, _, _ in order])
     hi = torch.tensor([h for _, h, _ in order])
-    is_mean = torch.tensor([k == "mean" for _, _, k in order])
-    dn = np.zeros((len(order), P))
+    is_mean = np.array([k == "mean" for _, _, k in order])
+    zg = np.zeros((L, H, P))  # sum over positions and channels of z . grad, per prompt
+    g_sum = []  # per prompt: [layer, head, d_head] float64 gradient summed over positions
+    z_sum, count = 0.0, 0  # the run's head outputs summed in float64: the mean reference (head_means of the same prompts)
     nll = np.zeros(P)
     for p in tqdm(range(P), desc=f"attribution {model.card.name}", unit="prompt", disable=not progress):
         z, g, nll[p] = head_gradients(model, toks[p])
-        zero = -(z * g).sum((1, 3))  # [layer, head]: (0 - z) . grad summed over positions and channels
-        per = zero[li, hi].double().cpu().numpy()
-        if ref is not None:
-            mean = ((ref[:, None] - z) * g).sum((1, 3))
-            per = np.where(is_mean.numpy(), mean[li, hi].double().cpu().numpy(), per)
-        dn[:, p] = per
+        zg[:, :, p] = (z * g).sum((1, 3)).double().cpu().numpy()
+        g_sum.append(g.double().sum(1).cpu())
+        z_sum, count = z_sum + z.double().sum(1).cpu(), count + z.shape[1]
+    dn = -zg[li, hi]  # zero: (0 - z) . grad
+    if "mean" in cfg.interventions:
+        ref = (z_sum / count if means is None else torch.as_tensor(means, dtype=torch.float64)).cpu()  # [layer, head, d_head]
+        mean = np.stack([(ref * gs).sum(-1).numpy() for gs in g_sum], -1) - zg  # (m - z) . grad
+        dn = np.where(is_mean[:, None], mean[li, hi], dn)
     secs = time.perf_counter() - t0
     res = EffectsResult(_table(order, dn, np.full_like(dn, np.nan), cfg), {"dnll": dn, "kl": np.full_like(dn, np.nan)},
                         float(nll.mean()), nll, _meta(model, cfg, toks, "attribution", secs, nll, {}))

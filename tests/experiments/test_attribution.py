@@ -76,3 +76,18 @@ def test_agreement_reads_ranks_and_names_the_worst_heads():
     b = agreement(exact, rev, n_layers=6).set_index("depth")
     assert b.loc["all", "spearman"] == pytest.approx(-1.0) and b.loc["all", "sign_agree"] == 0.0
     assert b.loc["all", "worst"].split()[0] == "L5H2"  # largest |exact - attribution|: the largest effect, 2 x 1.0
+
+
+def test_the_mean_reference_comes_from_the_same_forwards(llama64):
+    """Without ``means`` the reference is the run's own head outputs, applied after the last prompt (the effect is
+    linear in it): the same numbers as with ``head_means`` of the prompts passed in, and as the per-prompt formula."""
+    P = torch.stack([random_tokens(20, seed=s) for s in range(3)])
+    cfg = EffectsConfig(interventions=("zero", "mean"), bootstrap=0)
+    own = attribution_effects(llama64, P, cfg)
+    given = attribution_effects(llama64, P, cfg, means=head_means(llama64, P))
+    # head_gradients hands z over in float32, head_means sums the float64 model's outputs: float32 rounding apart
+    np.testing.assert_allclose(own.table["dnll"], given.table["dnll"], rtol=1e-6, atol=1e-12)
+    shifted = attribution_effects(llama64, P, cfg, means=head_means(llama64, P) + 1.0)  # the reference moves the mean rows only
+    zero = own.table["intervention"] == "zero"
+    np.testing.assert_array_equal(shifted.table["dnll"][zero], own.table["dnll"][zero])
+    assert not np.allclose(shifted.table["dnll"][~zero], own.table["dnll"][~zero])
