@@ -96,3 +96,12 @@ def test_induction_text_trains_and_scans_on_a_gpu(tmp_path):
     assert runs["device"].iloc[0] == "cuda"
     traj = pd.read_csv(tmp_path / "emergence_text_trajectory.csv")
     assert traj["icl_score"].notna().all() and traj["induction_score"].between(0, 1).all()
+
+
+def test_induction_text_trains_on_the_stdlib_source(tmp_path):
+    """``--corpus stdlib``: the runs table names the corpus, and the seen probes draw from the stdlib's byte ids."""
+    runs = load_script(HERE / "induction_text.py").main(["--quick", "--corpus", "stdlib", "--out", str(tmp_path)])
+    assert runs["corpus"].iloc[0] == "stdlib"
+    with pytest.raises(SystemExit) as e:
+        load_script(HERE / "induction_text.py").main(["--quick", "--corpus", "wiki", "--out", str(tmp_path)])
+    assert e.value.code == 2

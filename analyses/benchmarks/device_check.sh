@@ -8,8 +8,9 @@
 #              variants; the lab's and the induction study's CUDA paths), about 3 minutes with compilation;
 #   scan       issue 34: analyses/benchmarks/gpu_scan.py, Llama-3.1-8B / Qwen2.5-7B / Gemma-3-4B shapes, random weights,
 #              bf16, 4k / 8k / 32k tokens, with its per-phase breakdown and the pass-2 variant picked (about 5 minutes);
-#   induction  issue 35: analyses/emergence/induction_text.py on the GPU, 3 seeds of the byte model with 64 windows per
-#              step for 20000 steps (330M tokens per seed, 27 times the CPU run's), at most 8 minutes;
+#   induction  issue 35: analyses/emergence/induction_text.py on the GPU, 3 seeds of the byte model trained on the
+#              standard library's source (pydoc's 419k bytes are memorised long before; see the script's pilots) with
+#              64 windows per step for 10000 steps (164M tokens per seed, 14 times the CPU run's), at most 8 minutes;
 #   effects    issue 32 on a GPU: analyses/benchmarks/effects_cost.py at SmolLM2's published config with random weights,
 #              8 x 512 tokens, every head x zero / mean / streaming against one scan and the naive loop (30 heads).
 # Each step prints its own lines; the tables land in $OUT (default figures/). The scan and effects steps need no zoo
@@ -28,8 +29,8 @@ for step in "${@:-tests scan}"; do
                -k "triton or cuda or gpu or packed or pass2" -p no:cacheprovider ;;
       scan) timeout 420 python analyses/benchmarks/gpu_scan.py --models llama-3.1-8b qwen2.5-7b gemma-3-4b \
               --lengths 4096 8192 32768 --repeats 2 --out "$OUT/gpu_scan.csv" ;;
-      induction) timeout 480 python analyses/emergence/induction_text.py --device cuda --batch 64 --steps 20000 --every 500 \
-                   --out "$OUT" ;;
+      induction) timeout 480 python analyses/emergence/induction_text.py --device cuda --corpus stdlib --batch 64 --steps 10000 \
+                   --every 500 --out "$OUT" ;;
       effects) timeout 300 python analyses/benchmarks/effects_cost.py --model smollm2-135m --random-weights --device cuda \
                  --prompts 8 --tokens 512 --naive-heads 30 --out "$OUT" ;;
       *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction or effects" >&2; exit 2 ;;

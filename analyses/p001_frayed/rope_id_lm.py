@@ -119,7 +119,7 @@ def run_one(job: tuple[str, int], args, n: int, lengths: list[int], models_dir: 
     """Train (one thread) and evaluate one (encoding, seed); ``rope-id`` also yields its ``rope-id+temp`` rows."""
     pe, seed = job
     torch.set_num_threads(1)
-    train, test = text_lm.split_pydoc()
+    train, test = text_lm.split_text()
     model = LabForCausalLM(lab_config(pe, n, args.d_model, args.layers))
     t0 = time.perf_counter()
     losses = train_model(model, text_lm.lm_batch_fn(train, n, args.batch, args.passkey_frac, args.key_len),

@@ -4,7 +4,7 @@ Paper 001 (Sec. 5) trains RoPE-ID and RoPE decoders on web text and tests them b
 on retrieval benchmarks (RULER, LongBench). The lab's small analogue:
 
 - **Text**: the Python language reference (``interp.corpus.pydoc_text``: topics in sorted order), UTF-8
-  bytes. The last 10% of the bytes are held out (``split_pydoc``), so the NLL is measured on text the
+  bytes. The last 10% of the bytes are held out (``split_text``), so the NLL is measured on text the
   model never saw.
 - **Vocabulary** (``BYTE_VOCAB``): the 256 byte values (printable ASCII ``!``..``~`` as themselves, other
   bytes as ``<0xNN>``; id = byte + 3), then the ten passkey symbols ``<k0>``..``<k9>`` and the marker
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from jaxtyping import Float, Int
 
-from interp.corpus import pydoc_text
+from interp.corpus import pydoc_text, stdlib_text
 from interp.lab.vocab import BOS, Vocab
 
 OFFSET = 3  # byte b has id b + OFFSET
@@ -68,16 +68,19 @@ def decode_ids(ids) -> str:
     return "".join(out)
 
 
-def split_pydoc(held_out: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, test)`` byte ids of the pydoc text (``interp.corpus.pydoc_text``: topics sorted by name, joined by
-    blank lines): ``test`` is the last ``held_out`` share of the bytes (46k of 465k at 0.1), ``train`` the rest.
+def split_text(corpus: str = "pydoc", held_out: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    """``(train, test)`` byte ids of a text corpus: ``"pydoc"`` (``interp.corpus.pydoc_text``: topics sorted by name,
+    joined by blank lines; 465k bytes) or ``"stdlib"`` (``interp.corpus.stdlib_text``: the standard library's source,
+    about 11 MB). ``test`` is the last ``held_out`` share of the bytes (46k of pydoc's at 0.1), ``train`` the rest.
 
     Raises:
-        ValueError: ``held_out`` outside (0, 1).
+        ValueError: ``held_out`` outside (0, 1), or another corpus.
     """
     if not 0 < held_out < 1:
         raise ValueError(f"held_out must lie in (0, 1) (the share of the text kept for evaluation), got {held_out}")
-    ids = encode_text(pydoc_text())
+    if corpus not in ("pydoc", "stdlib"):
+        raise ValueError(f"unknown text corpus {corpus!r}; use pydoc or stdlib")
+    ids = encode_text(pydoc_text() if corpus == "pydoc" else stdlib_text())
     cut = int(round(len(ids) * (1 - held_out)))
     return ids[:cut], ids[cut:]
 

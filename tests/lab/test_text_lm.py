@@ -12,7 +12,7 @@ import torch
 
 import interp
 from interp.attention import attention_pattern
-from interp.corpus import pydoc_text
+from interp.corpus import pydoc_text, stdlib_text
 from interp.lab import LabConfig, LabForCausalLM, lab_loaded, lm_loss
 from interp.lab import text_lm as T
 from interp.rope import RopeSpec, rotate
@@ -54,13 +54,16 @@ def test_byte_vocab_and_round_trip():
     assert T.BYTE_VOCAB.decode([T.encode_text("A")[0], T.encode_text(" ")[0]]) == ["A", "<0x20>"]
 
 
-def test_split_pydoc_is_a_disjoint_90_10_cut_of_the_text():
-    train, test = T.split_pydoc()
-    whole = T.encode_text(pydoc_text())
+@pytest.mark.parametrize("corpus, text", [("pydoc", pydoc_text), ("stdlib", stdlib_text)])
+def test_split_text_is_a_disjoint_90_10_cut_of_the_text(corpus, text):
+    train, test = T.split_text(corpus)
+    whole = T.encode_text(text())
     assert len(train) + len(test) == len(whole) and abs(len(test) / len(whole) - 0.1) < 1e-4
     assert np.array_equal(np.concatenate([train, test]), whole)
     with pytest.raises(ValueError, match="held_out"):
-        T.split_pydoc(1.0)
+        T.split_text(corpus, 1.0)
+    with pytest.raises(ValueError, match="use pydoc or stdlib"):
+        T.split_text("wiki")
 
 
 def test_passkey_sequence_layout():
