@@ -15,7 +15,8 @@ On the same prompts, in one process, one after the other:
   head, one forward and one backward per prompt; Nanda 2023, Syed et al. 2023), with ``--attribution``.
 
 ``ratio`` = seconds / ``scan`` seconds (for ``attribution``: / ``scan_ref_s``, the scan of its own run; with
-``--only-attribution`` a run times one scan and attribution patching only and replaces that row alone); ``speedup`` (on the ``effects`` row) = naive seconds / effects seconds;
+``--only-attribution`` a run times one scan and attribution patching only and replaces that row alone);
+``speedup`` (on the ``effects`` row) = naive seconds / effects seconds;
 ``cpu_s``, ``ratio_cpu``, ``speedup_cpu``: the same from this process's CPU time (on a CPU run with one thread, what
 other load on the machine changes least; wall time on a shared machine can differ by a third between runs);
 ``max_abs_diff`` = the largest |dnll| or |kl| difference between the fast path and the naive loop over the heads both
@@ -110,21 +111,31 @@ def machine_name(dev: str, threads: int) -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {threads} thread(s)"
 
 
-def attribution_row(args, model, prompts, warm, t_scan: float, c_scan: float, machine: str) -> pd.DataFrame:
-    """``--only-attribution``: time attribution patching (zero and mean, every head) after the scan just timed, and
-    replace this model's ``attribution`` row of ``effects_cost.csv``; ``ratio`` divides by that scan
-    (``scan_ref_s``), not by the ``scan`` row of the full run."""
+def base_row(args, model, kinds: tuple[str, ...]) -> dict:
+    """The columns every row of one run shares: model, weights, machine, prompt sizes, interventions, heads."""
+    return {"model": args.model, "weights": "random (published config)" if args.random_weights else "zoo",
+            "device": machine_name(args.device, args.threads), "prompts": args.prompts, "tokens": args.tokens,
+            "interventions": ",".join(kinds), "heads": model.card.n_layers * model.card.n_heads}
+
+
+def time_attribution(model, prompts, warm, linear: tuple[str, ...], dev: str):
+    """``(wall seconds, EffectsResult)`` of attribution patching for the ``linear`` interventions on every head, after
+    a warm-up on ``warm``; its CPU seconds go to ``CPU_S``."""
     from interp.experiments.attribution import attribution_effects
     from interp.experiments.effects import EffectsConfig
 
-    attribution_effects(model, warm, EffectsConfig(interventions=("zero", "mean"), bootstrap=0))  # warm-up
-    t_attr, attr = timed(lambda: attribution_effects(model, prompts, EffectsConfig(interventions=("zero", "mean"), bootstrap=1000)),
-                         args.device)
-    row = pd.DataFrame([{"model": args.model, "weights": "random (published config)" if args.random_weights else "zoo",
-                         "device": machine, "prompts": args.prompts, "tokens": args.tokens, "interventions": "zero,mean",
-                         "heads": model.card.n_layers * model.card.n_heads, "run": "attribution", "seconds": t_attr,
-                         "cpu_s": CPU_S[id(attr)], "runs": args.prompts, "extrapolated": False, "scan_ref_s": t_scan,
-                         "ratio": t_attr / t_scan, "ratio_cpu": CPU_S[id(attr)] / c_scan}])
+    attribution_effects(model, warm, EffectsConfig(interventions=linear, bootstrap=0))
+    return timed(lambda: attribution_effects(model, prompts, EffectsConfig(interventions=linear, bootstrap=1000)), dev)
+
+
+def attribution_row(args, model, prompts, warm, linear: tuple[str, ...], t_scan: float, c_scan: float) -> pd.DataFrame:
+    """``--only-attribution``: time attribution patching after the scan just timed, and replace this model's
+    ``attribution`` row of ``effects_cost.csv``; ``ratio`` divides by that scan (``scan_ref_s``), not by the ``scan``
+    row of the full run."""
+    t_attr, attr = time_attribution(model, prompts, warm, linear, args.device)
+    row = pd.DataFrame([{**base_row(args, model, linear), "run": "attribution", "seconds": t_attr, "cpu_s": CPU_S[id(attr)],
+                         "runs": args.prompts, "extrapolated": False, "scan_ref_s": t_scan, "ratio": t_attr / t_scan,
+                         "ratio_cpu": CPU_S[id(attr)] / c_scan}])
     write_rows(row, args.out / "effects_cost.csv", ("model", "weights", "device", "run"))
     print(row[["model", "seconds", "scan_ref_s", "ratio", "ratio_cpu"]].to_string(index=False))
     return row
@@ -152,9 +163,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     torch.set_num_threads(args.threads)
     import interp
     from interp.engine import ScanConfig, scan
-    from interp.experiments.attribution import agreement, attribution_effects  # every import before the long runs
+    from interp.experiments.attribution import agreement  # every import before the long runs
     from interp.experiments.effects import EffectsConfig, head_effects, naive_effects, parse_interventions
 
+    kinds = parse_interventions(args.interventions)
+    linear = tuple(k for k in kinds if k in ("zero", "mean"))
+    if args.only_attribution and not linear:
+        ap.error(f"--only-attribution times attribution patching, which linearises zero and mean; --interventions "
+                 f"{args.interventions} has neither")
     dev = args.device
     if args.random_weights:
         model = build_random(args.model, dev)
@@ -163,14 +179,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         model = interp.load_model(args.model, device=dev)
         prompts = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
     L, H = model.card.n_layers, model.card.n_heads
-    kinds = parse_interventions(args.interventions)
     cfg = EffectsConfig(interventions=kinds, bootstrap=1000, max_logits_gb=args.max_logits_gb)
     naive_heads = spread_heads(L, H, args.naive_heads) if 0 < args.naive_heads < L * H else None
-    # warm-up: one layer's heads on one short prompt by each method, and a short scan
+    # warm-up: a short scan, and one layer's heads on one short prompt by each method timed here
     warm = prompts[:1, : min(64, args.tokens)]
     scan(model, warm, ScanConfig())
-    head_effects(model, warm, EffectsConfig(interventions=kinds, heads=tuple((L - 1, h) for h in range(H)), bootstrap=0))
-    naive_effects(model, warm, EffectsConfig(interventions=kinds, heads=((L - 1, 0),), bootstrap=0))
+    if not args.only_attribution:
+        head_effects(model, warm, EffectsConfig(interventions=kinds, heads=tuple((L - 1, h) for h in range(H)), bootstrap=0))
+        naive_effects(model, warm, EffectsConfig(interventions=kinds, heads=((L - 1, 0),), bootstrap=0))
 
     def forward():
         with torch.inference_mode():
@@ -180,7 +196,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     t_scan, res_scan = timed(lambda: scan(model, prompts, ScanConfig()), dev)
     c_scan = CPU_S[id(res_scan)]
     if args.only_attribution:
-        return attribution_row(args, model, prompts, warm, t_scan, c_scan, machine_name(dev, args.threads))
+        return attribution_row(args, model, prompts, warm, linear, t_scan, c_scan)
     c0 = time.process_time()
     t_fwd, _ = timed(forward, dev)
     c_fwd = time.process_time() - c0
@@ -192,10 +208,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         table = replace_rows(old[(old["prompts"] == args.prompts) & (old["tokens"] == args.tokens)], table, ["intervention"])
     if not args.random_weights:  # a random model's effects are a timing by-product, not the zoo model's table
         table.to_csv(path, index=False)
-    linear = tuple(k for k in kinds if k in ("zero", "mean"))
     if args.attribution and linear:
-        attribution_effects(model, warm, EffectsConfig(interventions=linear, bootstrap=0))  # warm-up
-        t_attr, attr = timed(lambda: attribution_effects(model, prompts, EffectsConfig(interventions=linear, bootstrap=1000)), dev)
+        t_attr, attr = time_attribution(model, prompts, warm, linear, dev)
     t_naive, slow = timed(lambda: naive_effects(model, prompts, EffectsConfig(interventions=kinds, heads=naive_heads, bootstrap=0)), dev)
     runs_all = L * H * len(kinds) * args.prompts
     runs_naive = (len(naive_heads) if naive_heads else L * H) * len(kinds) * args.prompts
@@ -203,9 +217,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     key = ["layer", "head", "intervention"]
     both = fast.table.merge(slow.table, on=key, suffixes=("", "_naive"))
     diff = float(max((both["dnll"] - both["dnll_naive"]).abs().max(), (both["kl"] - both["kl_naive"]).abs().max()))
-    machine = machine_name(dev, args.threads)
-    base = {"model": args.model, "weights": "random (published config)" if args.random_weights else "zoo", "device": machine,
-            "prompts": args.prompts, "tokens": args.tokens, "interventions": ",".join(kinds), "heads": L * H}
+    base = base_row(args, model, kinds)
     c_eff, c_naive_all = CPU_S[id(fast)], CPU_S[id(slow)] * runs_all / runs_naive
     rows = [
         {**base, "run": "scan", "seconds": t_scan, "cpu_s": c_scan, "runs": args.prompts, "extrapolated": False},

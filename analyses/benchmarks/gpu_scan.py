@@ -19,10 +19,10 @@ in one run:
   (the largest length that fit is the last ``ok``);
 - where the time of one default scan goes (``interp.engine.phases``, CUDA events, one more timed scan): ``ph_attention_s``
   (pass 1: output and log-sum-exp; ``pass1`` names the kernel ``interp.engine.kernels.sdpa_lse`` picked),
-  ``ph_stats_s`` (pass 2 and the key-0 / map reads; ``pass2`` names the variant ``triton_attention`` picked, per-head
-  packed or packed-small by kv head, and ``pass2_ms`` each one's time on the first layer), ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's
-  per-layer update), ``ph_flush_s`` (device sums to the CPU, once per scan), ``ph_model_s`` (the rest: the model's
-  own layers, taps and Python), ``tables_s`` (building ``heads`` from the summed state, not part of ``scan_s``).
+  ``ph_stats_s`` (pass 2 and the key-0 / map reads; ``pass2`` names the variant ``triton_attention`` picked,
+  per-head, packed or packed-small by kv head, and ``pass2_ms`` each one's time on the first layer),
+  ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's per-layer update), ``ph_flush_s`` (device sums to the
+  CPU, once per scan), ``ph_model_s`` (the rest: the model's own layers, taps and Python), ``tables_s`` (building ``heads`` from the summed state, not part of ``scan_s``).
 
 Plus the same work on both engines for ``smollm2-135m``'s config (random weights), 1024 tokens in float32: the GPU
 (Triton) and this machine's CPU (fused C++ kernel, ``torch.get_num_threads()`` threads), so the engines are compared
@@ -167,8 +167,9 @@ def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
 
 
 def pass2_pick(n: int, heads: int, device: str) -> dict:
-    """``pass2``: the pass-2 variant ``triton_attention`` picked for this length and head count (per-head or packed;
-    per-head where only one was run), ``pass2_ms``: each valid variant's milliseconds on the first layer."""
+    """``pass2``: the pass-2 variant ``triton_attention`` picked for this length and head count, for the first
+    reductions timed at it (the default scan's; per-head where no choice was measured), ``pass2_ms``: each valid
+    variant's milliseconds on the first layer."""
     from interp.engine.kernels import triton_attention as ta
 
     picked = [c for k, c in ta.pass2_choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} h{heads} ")]

@@ -69,8 +69,8 @@ seeds' rows while the run goes on), ``emergence_text_summary.csv`` (mean, min / 
 t-interval over seeds) and ``emergence_text.{html,png}``; the trajectory pages ``emergence_text_seed<k>.html``
 (``interp.report.trajectory_page``).
 
-    python analyses/emergence/induction_text.py [--steps 3000] [--layers 3] [--length 256] [--probes seen] [--device cpu]
-        [--quick] [--out DIR]
+    python analyses/emergence/induction_text.py [--steps 3000] [--layers 3] [--length 256] [--probes seen]
+        [--corpus pydoc|stdlib] [--device cpu] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         args.steps, args.seeds, args.length, args.batch, args.points, args.d_model = 30, 1, 32, 4, 6, 32
         args.layers, args.every, args.icl_windows, args.icl_band = 2, 0, 16, 4
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.corpus not in ("pydoc", "stdlib"):
-        ap.error(f"--corpus {args.corpus}: use pydoc or stdlib")
+    if args.corpus not in text_lm.TEXT_CORPORA:
+        ap.error(f"--corpus {args.corpus}: use {' or '.join(text_lm.TEXT_CORPORA)}")
     train, test = text_lm.split_text(args.corpus)
     t0 = time.perf_counter()
     parts = []

@@ -68,6 +68,9 @@ def decode_ids(ids) -> str:
     return "".join(out)
 
 
+TEXT_CORPORA = ("pydoc", "stdlib")  # the text corpora of split_text
+
+
 def split_text(corpus: str = "pydoc", held_out: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """``(train, test)`` byte ids of a text corpus: ``"pydoc"`` (``interp.corpus.pydoc_text``: topics sorted by name,
     joined by blank lines; 465k bytes) or ``"stdlib"`` (``interp.corpus.stdlib_text``: the standard library's source,
@@ -78,8 +81,8 @@ def split_text(corpus: str = "pydoc", held_out: float = 0.1) -> tuple[np.ndarray
     """
     if not 0 < held_out < 1:
         raise ValueError(f"held_out must lie in (0, 1) (the share of the text kept for evaluation), got {held_out}")
-    if corpus not in ("pydoc", "stdlib"):
-        raise ValueError(f"unknown text corpus {corpus!r}; use pydoc or stdlib")
+    if corpus not in TEXT_CORPORA:
+        raise ValueError(f"unknown text corpus {corpus!r}; use {' or '.join(TEXT_CORPORA)}")
     ids = encode_text(pydoc_text() if corpus == "pydoc" else stdlib_text())
     cut = int(round(len(ids) * (1 - held_out)))
     return ids[:cut], ids[cut:]

@@ -516,9 +516,10 @@ def _pass2_choice(q, k, a, flags, lags, run) -> str:
     if key not in _PASS2_CHOICE:
         times, ref, tiles = {}, None, set()
         for name in PASS2:
-            if pass2_tile(name, a["G"], None) in tiles:  # the same program as a variant already timed (e.g. G = 2)
+            tile = pass2_tile(name, a["G"], None)
+            if tile in tiles:  # the same program as a variant already timed (e.g. G = 2)
                 continue
-            tiles.add(pass2_tile(name, a["G"], None))
+            tiles.add(tile)
             try:
                 run(name)  # warm-up: compilation
                 ms, got = sdpa_lse.cuda_ms(lambda name=name: run(name))
@@ -535,9 +536,14 @@ def _pass2_choice(q, k, a, flags, lags, run) -> str:
 
 
 def pass2_choices() -> dict[str, dict]:
-    """What pass 2 picked per shape key and the milliseconds each valid variant took (as ``sdpa_lse.choices``)."""
-    return {f"pos<={k[0]} h{k[1]} kv{k[2]} d{k[3]} {str(k[4]).removeprefix('torch.')}": {"picked": v, "ms": _PASS2_TIMES.get(k, {})}
-            for k, v in _PASS2_CHOICE.items()}
+    """What pass 2 picked per shape key (``"pos<=N h H kv KV d D dtype"``, then ``window`` / ``softcap`` where the layer
+    has them and the reductions asked for, e.g. ``lag+tokens``) and the milliseconds each valid variant took (as
+    ``sdpa_lse.choices``)."""
+    def name(k: tuple) -> str:
+        extra = [w for w, on in (("window", k[5]), ("softcap", k[6])) if on] + ["+".join(r for r, on in k[7] if on)]
+        return " ".join([f"pos<={k[0]} h{k[1]} kv{k[2]} d{k[3]} {str(k[4]).removeprefix('torch.')}", *extra])
+
+    return {name(k): {"picked": v, "ms": _PASS2_TIMES.get(k, {})} for k, v in _PASS2_CHOICE.items()}
 
 
 def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | None, block: int | None, skip: int, map_size: int,
@@ -590,7 +596,8 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     check_window(window)
     inp = inp_pairing is not None
     q, k = rotate_half_planes(q, k, inp_pairing)
-    pass2_tile(pass2, 1, block) if pass2 != "auto" else None  # an unknown variant: the ValueError before any work
+    if pass2 != "auto":
+        pass2_tile(pass2, 1, block)  # an unknown variant: the ValueError before any work
     a = _args(q, k, scale, window, softcap)
     dev = q.device
     rows = lambda t: t if t.stride(-1) == 1 else t.contiguous()  # noqa: E731  the kernels take row and head strides
