@@ -58,7 +58,11 @@ SCRIPTS = {
     "icl_two_stage": HERE / "emergence/icl_two_stage.py",
     "icl_lr": HERE / "emergence/icl_lr.py",
     "induction_text": HERE / "emergence/induction_text.py",
+    "induction_textprobe": HERE / "emergence/induction_text.py",  # a second run of it: ARGV
 }
+# the scripts run with arguments beyond --quick / --out (a second study from one script)
+ARGV = {"induction_textprobe": ["--probes", "text", "--name", "emergence_textprobe", "--steps", "3000", "--every", "100", "--seeds", "1",
+                               "--device", "cpu"]}
 OPTIONAL = {"pca_snapshot": HERE / "p001_frayed/pca_snapshot.py", "embedding_cone": HERE / "p004_slash/embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
               "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     out = args.out or (Path(tempfile.mkdtemp(prefix="interp-figures-")) if args.quick else None)
     times = {}
     for name, path in todo.items():
-        argv_ = (["--quick"] if args.quick else []) + (["--out", str(out)] if out else [])
+        argv_ = (["--quick"] if args.quick else []) + (["--out", str(out)] if out else []) + ARGV.get(name, [])
         times[name] = run(name, path, argv_)
         print(f"[make_all] {name}: {times[name]:.0f} s", flush=True)
     print(f"[make_all] {len(times)} scripts in {sum(times.values()):.0f} s" + (f"; outputs in {out}" if out else "; outputs in figures/"))

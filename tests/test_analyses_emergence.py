@@ -105,3 +105,44 @@ def test_induction_text_trains_on_the_stdlib_source(tmp_path):
     with pytest.raises(SystemExit) as e:
         load_script(HERE / "induction_text.py").main(["--quick", "--corpus", "wiki", "--out", str(tmp_path)])
     assert e.value.code == 2
+
+
+def test_text_probes_repeat_a_stretch_of_held_out_text():
+    """``--probes text``: <bos>, then a stretch of the held-out text and its copy; an unknown kind is refused."""
+    mod = load_script(HERE / "induction_text.py")
+    test = np.arange(100, 160)
+    p = mod.repeated_probes(None, np.array([1]), "text", 3, 21, 0, test)
+    assert p.shape == (3, 21) and (p[:, 0] == mod.BOS).all() and (p[:, 1:11] == p[:, 11:]).all()
+    assert ((p[:, 2:11] - p[:, 1:10]) == 1).all() and p[:, 1:].min() >= 100  # consecutive bytes of ``test``
+    with pytest.raises(ValueError, match="--probes text"):
+        mod.repeated_probes(None, np.array([1]), "text", 3, 21, 0)
+
+
+SMALL = ["--steps", "6", "--seeds", "2", "--length", "32", "--batch", "4", "--points", "3", "--d-model", "32", "--layers", "2",
+         "--every", "0", "--icl-windows", "8", "--icl-band", "4"]
+
+
+def test_seeds_in_parallel_processes_equal_the_sequential_run(tmp_path):
+    """``--jobs 2`` (the script run as a program, one spawned process per seed) writes the tables a sequential run
+    writes, timings aside; ``--replot`` redraws the figure and the pages from them; a bad ``--probes`` is one line."""
+    import subprocess
+    import sys
+
+    script = str(HERE / "induction_text.py")
+    for jobs in ("1", "2"):
+        res = subprocess.run([sys.executable, script, *SMALL, "--jobs", jobs, "--out", str(tmp_path / jobs)], capture_output=True,
+                             text=True)
+        assert res.returncode == 0, res.stderr[-2000:]
+    timing = ["train_seconds", "scan_seconds_per_checkpoint", "callback_seconds"]
+    a, b = (pd.read_csv(tmp_path / j / "emergence_text_runs.csv").drop(columns=timing) for j in ("1", "2"))
+    pd.testing.assert_frame_equal(a, b)
+    ta, tb = (pd.read_csv(tmp_path / j / "emergence_text_trajectory.csv").drop(columns=["scan_seconds"]) for j in ("1", "2"))
+    pd.testing.assert_frame_equal(ta, tb)
+    assert not list((tmp_path / "2").glob("*.partial.csv"))
+    for f in ("emergence_text.html", "emergence_text_seed1.html"):
+        (tmp_path / "2" / f).unlink()
+    load_script(HERE / "induction_text.py").main(["--replot", "--out", str(tmp_path / "2")])
+    assert (tmp_path / "2" / "emergence_text.html").exists() and (tmp_path / "2" / "emergence_text_seed1.html").exists()
+    res = subprocess.run([sys.executable, script, "--quick", "--probes", "words", "--out", str(tmp_path / "x")], capture_output=True,
+                         text=True)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].endswith("--probes words: use all or seen or text")

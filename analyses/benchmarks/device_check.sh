@@ -10,7 +10,8 @@
 #              bf16, 4k / 8k / 32k tokens, with its per-phase breakdown and the pass-2 variant picked (about 5 minutes);
 #   induction  issue 35: analyses/emergence/induction_text.py on the GPU, 3 seeds of the byte model trained on the
 #              standard library's source (pydoc's 419k bytes are memorised long before; see the script's pilots) with
-#              64 windows per step for 10000 steps (164M tokens per seed, 14 times the CPU run's), at most 8 minutes;
+#              64 windows per step for 10000 steps (164M tokens per seed), the seeds in 3 processes at once (the small
+#              model leaves the GPU mostly idle): the script's defaults, 5 minutes on an H100 (2026-11-26), at most 9;
 #   effects    issue 32 on a GPU: analyses/benchmarks/effects_cost.py at SmolLM2's published config with random weights,
 #              8 x 512 tokens, every head x zero / mean / streaming against one scan and the naive loop (30 heads).
 # Each step prints its own lines; the tables land in $OUT (default figures/). The scan and effects steps need no zoo
@@ -29,8 +30,7 @@ for step in "${@:-tests scan}"; do
                -k "triton or cuda or gpu or packed or pass2" -p no:cacheprovider ;;
       scan) timeout 420 python analyses/benchmarks/gpu_scan.py --models llama-3.1-8b qwen2.5-7b gemma-3-4b \
               --lengths 4096 8192 32768 --repeats 2 --out "$OUT/gpu_scan.csv" ;;
-      induction) timeout 480 python analyses/emergence/induction_text.py --device cuda --corpus stdlib --batch 64 --steps 10000 \
-                   --every 500 --out "$OUT" ;;
+      induction) timeout 540 python analyses/emergence/induction_text.py --device cuda --out "$OUT" ;;  # its defaults: the committed run
       effects) timeout 300 python analyses/benchmarks/effects_cost.py --model smollm2-135m --random-weights --device cuda \
                  --prompts 8 --tokens 512 --naive-heads 30 --out "$OUT" ;;
       *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction or effects" >&2; exit 2 ;;

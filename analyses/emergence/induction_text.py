@@ -3,12 +3,14 @@ Olsson et al. 2022, "In-context Learning and Induction Heads").
 
 Model and data (``interp.lab``): a ``--layers``-layer decoder (default 3; ``--heads`` 4 heads of width ``d_model / heads``
 = 16, ``--d-model`` 64, SwiGLU d_mlp ``4 d_model``, ``--pe`` RoPE with base 1e4) trained on windows of ``--length``
-(256) tokens, ``<bos>`` and 255 bytes of the first 90% of ``--corpus`` (``pydoc``, the default: the Python language
-reference; ``stdlib``: the standard library's source; ``interp.lab.text_lm.split_text``; next-token loss on every
-position, no passkey rows), ``--steps`` (3000) AdamW steps of ``--batch`` (16) windows
-(``--lr`` 3e-3, ``--warmup`` 50 steps, cosine to a tenth, weight decay 0.1), ``--seeds`` (3) seeds.
+(256) tokens, ``<bos>`` and 255 bytes of the first 90% of ``--corpus`` (``stdlib``, the default: the standard library's
+source; ``pydoc``: the Python language reference, 24 times fewer bytes; ``interp.lab.text_lm.split_text``; next-token
+loss on every position, no passkey rows), ``--steps`` (10000) AdamW steps of ``--batch`` (64) windows (``--lr`` 3e-3,
+``--warmup`` 50 steps, cosine to a tenth, weight decay 0.1), ``--seeds`` (3) seeds, on ``--device`` (``auto``: the GPU
+where there is one; there ``--jobs`` defaults to one process per seed). The defaults are the committed run's: about
+5 minutes on an H100, about 100 minutes per seed on one CPU core.
 
-At the steps of ``log_schedule(steps, --points 30)`` and every ``--every`` (100) steps
+At the steps of ``log_schedule(steps, --points 30)`` and every ``--every`` (500) steps
 (``interp.experiments.trajectory``) the callback (``ScanCallback``) scans 8 probe prompts of repeated random tokens
 with the token-matched scores and the entropy switched on (``ScanConfig(token_match=True, shape=True)``): per head
 the previous-token and induction scores (TransformerLens ``detect_head``; on ``<bos>, r, r`` a perfect induction head
@@ -29,9 +31,13 @@ The 0.3 level is the atlas's role threshold (``interp.experiments.trajectory.fin
 Causal check at the end of training: ``interp.experiments.effects.head_effects`` (mean ablation, every head, on 16
 probes of the same kind, 1000 bootstrap resamples): the top induction head's ``dnll`` against the other heads'.
 
-Configurations tried before the committed run (one seed each, ``--probes seen``, windows of 256, batch 16 unless
-said, d_model 64 (4 heads of 16) unless said; scores at the last step, induction over layers ``1 .. L-1``,
-previous-token over ``0 .. L-2``; this shared 2-core machine, one thread):
+The committed run: the defaults, through ``bash analyses/benchmarks/device_check.sh induction`` on a lent H100 (3 seeds
+in 3 processes, 296 s in all). A second committed run, ``--probes text --name emergence_textprobe --steps 3000 --every
+100 --seeds 1 --device cpu`` (``make_all``'s ``induction_textprobe``; 28 minutes on one core here), scans probes of
+repeated held-out text instead. Configurations tried before them (one seed each unless said, ``--probes seen``, the
+language reference (``--corpus pydoc``) unless said, windows of 256, batch 16 unless said, d_model 64 (4 heads of 16)
+unless said, a scan every 100 steps; scores at the last step, induction over layers ``1 .. L-1``, previous-token over
+``0 .. L-2``; this shared 2-core machine, one thread):
 
 ====================================================  =====  ===========  ===========  =========  =======
 configuration                                         steps  induction    prev-token   test loss  seconds
@@ -42,11 +48,12 @@ configuration                                         steps  induction    prev-t
 2 layers, RoPE, d_model 128 (4 heads of 32), batch 8  1600   0.014        0.044        1.34       stopped
 2 layers, learned positions                           2000   0.010        0.195        1.37       279
 3 layers, partial RoPE (2 of 8 planes rotate)         1400   0.012        0.121        1.37       stopped
+3 layers, RoPE (3 seeds, the earlier committed run)   3000   0.011-0.012  0.341-0.441  1.35       474-479
 3 layers, RoPE, batch 64 (44M tokens by step 2700)    2700   0.012        0.515        1.85       stopped
 3 layers, RoPE, batch 64, ``--corpus stdlib``          3000   0.007        0.466        1.07       stopped
 ====================================================  =====  ===========  ===========  =========  =======
 
-The batch-64 pilot (after the committed run) overfits the 419k training bytes: its held-out loss bottoms at 1.34
+The batch-64 pilot (after the 3-seed CPU run) overfits the 419k training bytes: its held-out loss bottoms at 1.34
 near step 700 (11M tokens, 27 passes over the text) and climbs to 1.85 by step 2700, while the ICL score turns
 positive (+0.17: later tokens predicted worse, memorised text rather than copying). Longer training on pydoc alone
 only memorises more; ``--corpus stdlib`` (the standard library's source, 24 times the bytes) is the text for the
@@ -64,23 +71,28 @@ current 3-byte context is the next byte 75% of the time, for 51% of the bytes.
 Writes ``emergence_text_trajectory.csv`` (the callback's table: one row per seed, step, layer, head),
 ``emergence_text_loss.csv`` (every step's training loss), ``emergence_text_runs.csv`` (per seed: settings, formation
 steps, phase change, final scores, effect of the top induction head, training and scan seconds),
-``emergence_text_effects.csv`` (the effects table per seed; ``emergence_text_runs.partial.csv`` holds the finished
-seeds' rows while the run goes on), ``emergence_text_summary.csv`` (mean, min / max and 95%
+``emergence_text_effects.csv`` (the effects table per seed; while the run goes on ``emergence_text_runs.partial.csv``
+holds the finished seeds' rows and ``emergence_text_trajectory.seed<k>.partial.csv`` each unfinished seed's scans so
+far), ``emergence_text_summary.csv`` (mean, min / max and 95%
 t-interval over seeds) and ``emergence_text.{html,png}``; the trajectory pages ``emergence_text_seed<k>.html``
-(``interp.report.trajectory_page``).
+(``interp.report.trajectory_page``); ``--name`` replaces the stem ``emergence_text``.
 
-    python analyses/emergence/induction_text.py [--steps 3000] [--layers 3] [--length 256] [--probes seen]
-        [--corpus pydoc|stdlib] [--device cpu] [--quick] [--out DIR]
+    python analyses/emergence/induction_text.py [--steps 10000] [--layers 3] [--length 256] [--probes seen|text|all]
+        [--corpus stdlib|pydoc] [--device auto|cpu|cuda] [--jobs 0] [--quick] [--out DIR]
+    python analyses/emergence/induction_text.py --replot [--out DIR]      (the figure and pages from the tables)
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import plotly.colors
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
@@ -103,31 +115,49 @@ ROLE = 0.3  # the atlas's role threshold (final_roles), fixed before the runs
 SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "pe", "lr", "probes", "corpus", "device", "role_level",
             "early", "late", "icl_band", "icl_windows")
 EARLY = 8
-OPTIONS = (("--steps", int, 3000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
-           ("--length", int, 256, "training window (tokens, <bos> included)"), ("--batch", int, 16, "windows per step"),
+OPTIONS = (("--steps", int, 10000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
+           ("--length", int, 256, "training window (tokens, <bos> included)"), ("--batch", int, 64, "windows per step"),
            ("--layers", int, 3, "decoder layers"), ("--heads", int, 4, "heads per layer"), ("--d-model", int, 64, "residual width"),
            ("--points", int, 30, "scheduled scans (log schedule)"),
-           ("--every", int, 100, "also scan every so many steps (0: the log schedule only)"),
+           ("--every", int, 500, "also scan every so many steps (0: the log schedule only)"),
            ("--pe", str, "rope", "position encoding (interp.lab.model.PES: rope, learned, ...)"),
            ("--lr", float, 3e-3, "peak learning rate"), ("--warmup", int, 50, "warmup steps (at most a quarter of --steps)"),
            ("--icl-windows", int, 128, "held-out windows of the ICL score"),
            ("--icl-band", int, 16, "tokens averaged at each end of the ICL score (1: Olsson et al.'s single tokens)"),
-           ("--corpus", str, "pydoc", "training text: pydoc (the language reference, 419k training bytes) or stdlib (the "
+           ("--corpus", str, "stdlib", "training text: pydoc (the language reference, 419k training bytes) or stdlib (the "
                                      "standard library's source, about 10 MB: for runs long enough to overfit pydoc)"),
-           ("--device", str, "cpu", "where to train and scan (cuda: a GPU; the scans then run on the Triton engine)"),
-           ("--probes", str, "seen", "repeated-random probe tokens: all (the whole vocabulary, no <bos>) | seen (<bos>, then ids "
-                                    "in the training text)"))
+           ("--device", str, "auto", "where to train and scan: auto (a GPU where there is one), cpu or cuda (the scans then "
+                                    "run on the Triton engine)"),
+           ("--jobs", int, 0, "seeds trained at once, one process each (0: every seed at once on a GPU, which a small model "
+                              "leaves mostly idle, one at a time on a CPU; on a CPU "
+                              "each process takes one core)"),
+           ("--probes", str, "seen", "repeated probe sequences: all (random ids from the whole vocabulary, no <bos>) | seen "
+                                    "(<bos>, then random ids that occur in the training text) | text (<bos>, then a held-out "
+                                    "stretch of text, repeated)"))
+PROBES = ("all", "seen", "text")
 
 
-def repeated_probes(loaded, train: np.ndarray, kind: str, m: int, n: int, seed: int) -> torch.Tensor:
-    """``[m, n]`` repeated-random probes. ``kind="all"``: r, r with r drawn from the whole vocabulary and no ``<bos>``
-    (``interp.corpus.prompts(..., "repeated-random")``; the lab's tokenizer adds none). ``"seen"``: ``<bos>``, r, r
-    (the second copy cut to fit) with r drawn only from the byte ids that occur in the training text, so the probes
-    look like the training windows at position 0 and every token's embedding was trained."""
+def repeated_probes(loaded, train: np.ndarray, kind: str, m: int, n: int, seed: int, test: np.ndarray | None = None) -> torch.Tensor:
+    """``[m, n]`` probes of a sequence and its repeat. ``kind="all"``: r, r with r drawn from the whole vocabulary and
+    no ``<bos>`` (``interp.corpus.prompts(..., "repeated-random")``; the lab's tokenizer adds none). ``"seen"``:
+    ``<bos>``, r, r (the second copy cut to fit) with r drawn only from the byte ids that occur in the training text,
+    so the probes look like the training windows at position 0 and every token's embedding was trained. ``"text"``:
+    ``<bos>``, s, s with s a stretch of ``n // 2`` bytes of the held-out text ``test`` at a random start (copying as
+    the model would meet it in the text; s can hold repeats of its own, which the induction score's lag ignores).
+
+    Raises:
+        ValueError: an unknown ``kind``, or ``"text"`` without ``test``.
+    """
+    rng = np.random.default_rng(seed)
     if kind == "all":
         return corpus.prompts(loaded, "repeated-random", m, n, seed=seed)
-    ids = np.unique(train)
-    r = torch.as_tensor(ids[np.random.default_rng(seed).integers(0, len(ids), (m, n // 2))])
+    if kind == "seen":
+        ids = np.unique(train)
+        r = torch.as_tensor(ids[rng.integers(0, len(ids), (m, n // 2))])
+    elif kind == "text" and test is not None:
+        r = torch.as_tensor(np.stack([test[s: s + n // 2] for s in rng.integers(0, len(test) - n // 2, m)]), dtype=torch.long)
+    else:
+        raise ValueError(f"--probes {kind}: use {' or '.join(PROBES)} (text needs the held-out text)")
     return torch.cat([torch.full((m, 1), BOS), r, r], 1)[:, :n]
 
 
@@ -151,7 +181,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
                     d_mlp=4 * args.d_model, max_positions=n, pe=args.pe)
     model = LabForCausalLM(cfg).to(args.device)
     loaded = lab_loaded(model, text_lm.BYTE_VOCAB)
-    probes = repeated_probes(loaded, train, args.probes, 8, n, 1000 + seed)
+    probes = repeated_probes(loaded, train, args.probes, 8, n, 1000 + seed, test)
     windows = text_lm.disjoint_windows(test, n, args.icl_windows)
 
     def extras(m):
@@ -166,6 +196,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
             c = curves(cb.frame[cb.frame["step"] == step]).iloc[0]
             print(f"  seed {seed} step {step}: induction {c['induction']:.3f}  prev {c['prev']:.3f}  icl {c['icl']:+.3f}  "
                   f"test loss {c['test_loss']:.3f}", flush=True)
+            cb.frame.assign(seed=seed).to_csv(args.out / f"{args.name}_trajectory.seed{seed}.partial.csv", index=False)
 
     t0 = time.perf_counter()
     train_model(model, text_lm.lm_batch_fn(train, n, args.batch, passkey_frac=0.0),
@@ -178,7 +209,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     k = int(d_icl.idxmin()) if d_icl.notna().any() else 0
     last = traj[traj["step"] == traj["step"].max()]
     top = last[last["layer"] >= 1].sort_values("induction_score").iloc[-1]
-    eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), repeated_probes(loaded, train, args.probes, 16, n, 2000 + seed),
+    eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), repeated_probes(loaded, train, args.probes, 16, n, 2000 + seed, test),
                        EffectsConfig(interventions=("mean",), bootstrap=1000, seed=seed)).table.assign(seed=seed)
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
@@ -197,60 +228,103 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
            "callback_seconds": cb.seconds, "checkpoints": int(traj["step"].nunique())}
     row["prev_before_induction"] = (float(row["t_prev"] < row["t_induction"])
                                     if np.isfinite(row["t_prev"]) and np.isfinite(row["t_induction"]) else np.nan)
+    (args.out / f"{args.name}_trajectory.seed{seed}.partial.csv").unlink(missing_ok=True)
     return traj, cb.losses.assign(seed=seed), row, eff
 
 
-def figure(traj: pd.DataFrame) -> go.Figure:
+def _run_seed_alone(seed: int, args, train: np.ndarray, test: np.ndarray):
+    """``run_seed`` in a worker process of ``--jobs``: one thread, like the sequential loop."""
+    with one_thread():
+        return run_seed(seed, args, train, test)
+
+
+def figure(traj: pd.DataFrame, corpus_name: str) -> go.Figure:
     """Per seed: the best induction and previous-token scores (``curves``) and the ICL score against step."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=("max induction score, layers 1..L-1", "max previous-token score, layers 0..L-2",
                                                         "ICL score (loss late - early, nats)"))
-    for seed, g in traj.groupby("seed"):
+    palette = plotly.colors.qualitative.Plotly
+    for k, (seed, g) in enumerate(traj.groupby("seed")):
         c = curves(g).set_index("step")
-        for col, s in enumerate((c["induction"], c["prev"], c["icl"]), start=1):
+        for col, s in enumerate((c["induction"], c["prev"], c["icl"]), start=1):  # one colour per seed in every panel
             fig.add_trace(go.Scatter(x=s.index, y=s.values, mode="lines+markers", name=f"seed {seed}", legendgroup=str(seed),
-                                     showlegend=col == 1, hovertemplate=f"seed {seed}<br>step %{{x}}<br>%{{y:.4f}}<extra></extra>"),
+                                     line_color=palette[k % len(palette)], showlegend=col == 1,
+                                     hovertemplate=f"seed {seed}<br>step %{{x}}<br>%{{y:.4f}}<extra></extra>"),
                           row=1, col=col)
     fig.update_xaxes(title_text="training step", type="log")
     L = int(traj["layer"].max()) + 1
-    fig.update_layout(title=f"Induction heads forming in a {L}-layer byte-level model (pydoc)", height=440, width=1300)
+    fig.update_layout(title=f"Induction heads forming in a {L}-layer byte-level model ({corpus_name})", height=440, width=1300)
     return fig
+
+
+def write_figures(out: Path, traj: pd.DataFrame, losses: pd.DataFrame, runs: pd.DataFrame, name: str = "emergence_text") -> None:
+    """``<name>.{html,png}`` and one trajectory page per seed from the study's tables (``--replot`` redraws
+    them from the committed CSVs, e.g. after a GPU run on a machine without kaleido)."""
+    corpus_name, layers = str(runs["corpus"].iloc[0]), int(runs["layers"].iloc[0])
+    save_figure(figure(traj, corpus_name), out, name)
+    for seed, g in traj.groupby("seed"):
+        write_trajectory_page(g, out / f"{name}_seed{seed}.html", losses=losses[losses["seed"] == seed],
+                              title=f"{layers}-layer byte model on {corpus_name}, seed {seed}", inline_js=False)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "2 layers of width 32, length 32, 30 steps, one seed (seconds)")
     for flag, kind, default, text in OPTIONS:
         ap.add_argument(flag, type=kind, default=default, help=text)
+    ap.add_argument("--name", default="emergence_text", help="stem of every file written (a second study beside the first)")
+    ap.add_argument("--replot", action="store_true", help="only redraw the figure and pages from the tables in --out")
     args = ap.parse_args(argv)
+    if args.replot:
+        tables = {k: args.out / f"{args.name}_{k}.csv" for k in ("trajectory", "loss", "runs")}
+        missing = [str(t) for t in tables.values() if not t.exists()]
+        if missing:
+            ap.error(f"--replot: no {', '.join(missing)}; run the study first (or pass its --out)")
+        runs = pd.read_csv(tables["runs"])
+        write_figures(args.out, pd.read_csv(tables["trajectory"]), pd.read_csv(tables["loss"]), runs, args.name)
+        return runs
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: this machine has no CUDA GPU; use --device cpu")
     if args.quick:
         args.steps, args.seeds, args.length, args.batch, args.points, args.d_model = 30, 1, 32, 4, 6, 32
         args.layers, args.every, args.icl_windows, args.icl_band = 2, 0, 16, 4
+    if args.jobs < 1:
+        args.jobs = args.seeds if args.device.startswith("cuda") else 1
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.probes not in PROBES:
+        ap.error(f"--probes {args.probes}: use {' or '.join(PROBES)}")
     if args.corpus not in text_lm.TEXT_CORPORA:
         ap.error(f"--corpus {args.corpus}: use {' or '.join(text_lm.TEXT_CORPORA)}")
     train, test = text_lm.split_text(args.corpus)
     t0 = time.perf_counter()
     parts = []
-    with one_thread():
-        for seed in range(args.seeds):  # each seed's run row kept as it ends: a time limit leaves the finished seeds
-            parts.append(run_seed(seed, args, train, test))
-            pd.DataFrame([p[2] for p in parts]).to_csv(args.out / "emergence_text_runs.partial.csv", index=False)
+
+    def keep(part):  # each seed's run row kept as it ends: a time limit leaves the finished seeds (and the others' scans)
+        parts.append(part)
+        pd.DataFrame([p[2] for p in parts]).to_csv(args.out / f"{args.name}_runs.partial.csv", index=False)
+
+    if args.jobs > 1:  # spawned processes: CUDA cannot be forked
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(args.jobs, args.seeds), mp_context=ctx) as pool:
+            for done in as_completed([pool.submit(_run_seed_alone, seed, args, train, test) for seed in range(args.seeds)]):
+                keep(done.result())
+        parts.sort(key=lambda p: p[2]["seed"])
+    else:
+        with one_thread():
+            for seed in range(args.seeds):
+                keep(run_seed(seed, args, train, test))
     traj = pd.concat([p[0] for p in parts], ignore_index=True)
     losses = pd.concat([p[1] for p in parts], ignore_index=True)
     runs = pd.DataFrame([p[2] for p in parts])
     effects = pd.concat([p[3] for p in parts], ignore_index=True)
     summary = seed_summary(runs.assign(model=f"text-{args.layers}l"), ["model"], [c for c in runs.columns if c not in SETTINGS])
-    traj.to_csv(args.out / "emergence_text_trajectory.csv", index=False)
-    losses.to_csv(args.out / "emergence_text_loss.csv", index=False)
-    runs.to_csv(args.out / "emergence_text_runs.csv", index=False)
-    effects.to_csv(args.out / "emergence_text_effects.csv", index=False)
-    summary.to_csv(args.out / "emergence_text_summary.csv", index=False)
-    save_figure(figure(traj), args.out, "emergence_text")
-    for seed, g in traj.groupby("seed"):
-        write_trajectory_page(g, args.out / f"emergence_text_seed{seed}.html", losses=losses[losses["seed"] == seed],
-                              title=f"{args.layers}-layer byte model on {args.corpus}, seed {seed}", inline_js=False)
-    (args.out / "emergence_text_runs.partial.csv").unlink()
+    traj.to_csv(args.out / f"{args.name}_trajectory.csv", index=False)
+    losses.to_csv(args.out / f"{args.name}_loss.csv", index=False)
+    runs.to_csv(args.out / f"{args.name}_runs.csv", index=False)
+    effects.to_csv(args.out / f"{args.name}_effects.csv", index=False)
+    summary.to_csv(args.out / f"{args.name}_summary.csv", index=False)
+    write_figures(args.out, traj, losses, runs, args.name)
+    (args.out / f"{args.name}_runs.partial.csv").unlink()
     print(f"{args.seeds} seeds in {time.perf_counter() - t0:.0f} s", flush=True)
     return runs
 

@@ -56,11 +56,20 @@ class Script:
 
 def figure_stems(source: str) -> list[str]:
     """The figure stems a script passes to ``save_figure(fig, out, stem)`` as glob patterns (``f"x_{name}"`` ->
-    ``x_*``; both branches of ``a if c else b``)."""
+    ``x_*``; both branches of ``a if c else b``; a bare name: the string default of a function parameter so named)."""
+    tree = ast.parse(source)
+    defaults = {}  # parameter name -> its string default, from every function of the script
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        args = fn.args.posonlyargs + fn.args.args
+        for arg, default in zip(args[len(args) - len(fn.args.defaults):], fn.args.defaults):
+            if isinstance(default, ast.Constant) and isinstance(default.value, str):
+                defaults[arg.arg] = default.value
 
     def pattern(node) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return [node.value]
+        if isinstance(node, ast.Name) and node.id in defaults:
+            return [defaults[node.id]]
         if isinstance(node, ast.JoinedStr):
             return ["".join(v.value if isinstance(v, ast.Constant) else "*" for v in node.values)]
         if isinstance(node, ast.IfExp):
@@ -68,7 +77,7 @@ def figure_stems(source: str) -> list[str]:
         return []
 
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "save_figure":
             stem = node.args[2] if len(node.args) > 2 else next((k.value for k in node.keywords if k.arg == "stem"), None)
             out += pattern(stem) if stem is not None else []

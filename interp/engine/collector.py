@@ -71,7 +71,8 @@ def check_engine(engine: str, device: str | torch.device = "cpu") -> None:
     """Refuse an engine that cannot run on ``device`` before any model loads.
 
     Raises:
-        ConfigError: an unknown engine name; ``triton`` without Triton (or on a CPU without ``TRITON_INTERPRET=1``);
+        ConfigError: an unknown engine name; ``triton`` without Triton (or on a CPU without ``TRITON_INTERPRET=1``, or
+            with an interpreter that fails under this NumPy: ``triton_attention.interpreter_problem``);
             ``cpu-kernel`` on a GPU or without a C++ compiler.
     """
     if engine not in ENGINES:
@@ -79,8 +80,8 @@ def check_engine(engine: str, device: str | torch.device = "cpu") -> None:
     dev = torch.device("cuda" if str(device) == "auto" and torch.cuda.is_available() else
                        "cpu" if str(device) == "auto" else device)
     if engine == "triton" and not triton_attention.available(dev):
-        why = ("Triton is not installed: pip install -e '.[gpu]'" if triton_attention.triton is None else
-               "on a CPU it runs only in Triton's interpreter: set TRITON_INTERPRET=1 (slow; for tests)")
+        why = (triton_attention.interpreter_problem() if triton_attention.triton is None or triton_attention.interpreted()
+               else None) or "on a CPU it runs only in Triton's interpreter: set TRITON_INTERPRET=1 (slow; for tests)"
         raise ConfigError(f"--engine triton cannot run on {dev.type}: {why}")
     if engine == "cpu-kernel" and (dev.type != "cpu" or not kernels.available()):
         raise ConfigError(f"--engine cpu-kernel runs on the CPU with a C++ compiler (g++); use --engine auto or python")

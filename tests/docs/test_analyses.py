@@ -26,6 +26,8 @@ def test_figure_stems_from_save_figure_calls():
     src = ('save_figure(f, out, "a")\nsave_figure(f, args.out, f"b_{name}")\n'
            'save_figure(g, out, "c" if one else f"c_{name}")\nsave_figure(fig=f, out=o, stem="d")\nother(f, out, "e")\n')
     assert analyses.figure_stems(src) == ["a", "b_*", "c", "c_*", "d"]
+    src = 'def write(out, name: str = "f_text"):\n    save_figure(fig, out, name)\nsave_figure(fig, out, unknown)\n'
+    assert analyses.figure_stems(src) == ["f_text"]  # a parameter's default; a name without one adds nothing
 
 
 def test_a_table_links_its_script_to_the_pages_that_cite_it():

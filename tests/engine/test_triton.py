@@ -123,6 +123,7 @@ def test_scan_on_triton_equals_the_cpu_kernel(name, cfg):
     pd.testing.assert_frame_equal(got.heads, ref.heads, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.skipif(ta.interpreter_problem() is not None, reason=str(ta.interpreter_problem()))
 def test_cli_scan_with_the_triton_engine_equals_the_cpu_kernel(tmp_path):
     """The issue's acceptance command: ``interp scan tiny-llama --device cpu --engine triton`` (interpreter)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -134,6 +135,25 @@ def test_cli_scan_with_the_triton_engine_equals_the_cpu_kernel(tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
         outs[engine] = pd.read_csv(out / "heads.csv")
     pd.testing.assert_frame_equal(outs["triton"], outs["auto"], rtol=1e-4, atol=1e-5)
+
+
+def test_an_interpreter_that_numpy_breaks_is_refused_in_one_line(monkeypatch):
+    """Triton before 3.7 under NumPy 2.4 (triton-lang/triton#9171): the interpreter counts as unavailable and
+    ``--engine triton`` on a CPU says why and what to install, instead of failing inside the first kernel."""
+    import numpy as np
+
+    monkeypatch.setattr(ta.triton, "__version__", "3.6.0")
+    monkeypatch.setattr(np, "__version__", "2.4.6")
+    assert "triton>=3.7" in ta.interpreter_problem()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not ta.available("cpu")
+    with pytest.raises(ConfigError, match=r"Triton 3\.6\.0's interpreter fails under NumPy 2\.4\.6.*triton>=3\.7"):
+        check_engine("triton", "cpu")
+    monkeypatch.setattr(np, "__version__", "2.3.1")
+    assert ta.interpreter_problem() is None
+    monkeypatch.setattr(ta.triton, "__version__", "3.7.0+git1234")
+    monkeypatch.setattr(np, "__version__", "2.4.6")
+    assert ta.interpreter_problem() is None
 
 
 def test_engine_errors_are_one_line(monkeypatch):
@@ -249,7 +269,7 @@ def test_the_pass2_choice_keeps_the_fastest_variant_that_agrees(monkeypatch):
     from interp.engine.kernels import sdpa_lse
 
     g = torch.Generator().manual_seed(4)
-    q, k = (torch.randn(40, h, 16, generator=g) for h in (8, 2))  # four query heads per kv head: three distinct tiles
+    q, k = (torch.randn(40, h, 16, generator=g).to(DEV) for h in (8, 2))  # four query heads per kv head: three distinct tiles
     a = ta._args(q, k, 0.4, None, None)
     flags = dict(lag=True, tokens=False, entropy=False, key_mass=False, inp=False)
     lse = ta.triton_forward(q, k, None, 0.4, None, None, block=16)[1]

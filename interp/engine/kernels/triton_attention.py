@@ -49,6 +49,7 @@ import functools
 import math
 import os
 
+import numpy as np
 import torch
 
 from interp.engine.kernels import rotate_half_planes, sdpa_lse
@@ -68,14 +69,31 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("+")[0].split(".")[:2] if p.isdigit())
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run here, or None. Triton before 3.7 converts one-element NumPy arrays to
+    integers in its interpreter (every ``range`` over a scalar argument), which NumPy 2.4 refuses
+    (triton-lang/triton#9171, fixed in Triton 3.7.0)."""
+    if triton is None:
+        return "Triton is not installed: pip install -e '.[gpu]'"
+    if _version(triton.__version__) < (3, 7) and _version(np.__version__) >= (2, 4):
+        return (f"Triton {triton.__version__}'s interpreter fails under NumPy {np.__version__} (triton-lang/triton#9171): "
+                f"pip install 'triton>=3.7' to run the Triton engine on a CPU")
+    return None
+
+
 def available(device: torch.device | str | None = None) -> bool:
     """Whether the Triton kernels can run on ``device``: triton is installed and either the device is CUDA or
-    ``TRITON_INTERPRET=1`` is set (then CPU tensors run through the interpreter)."""
+    ``TRITON_INTERPRET=1`` is set and the interpreter works with this NumPy (``interpreter_problem``; then CPU
+    tensors run through the interpreter)."""
     if triton is None:
         return False
     dev = torch.device(device) if device is not None else None
     if interpreted():
-        return dev is None or dev.type == "cpu"
+        return (dev is None or dev.type == "cpu") and interpreter_problem() is None
     return (dev is None or dev.type == "cuda") and torch.cuda.is_available()
 
 
@@ -596,8 +614,9 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     check_window(window)
     inp = inp_pairing is not None
     q, k = rotate_half_planes(q, k, inp_pairing)
+    pass2 = pass2 if pass2 != "auto" else os.environ.get("INTERP_PASS2", "auto")
     if pass2 != "auto":
-        pass2_tile(pass2, 1, block)  # an unknown variant: the ValueError before any work
+        pass2_tile(pass2, 1, block)  # an unknown variant (argument or INTERP_PASS2): the ValueError before any work
     a = _args(q, k, scale, window, softcap)
     dev = q.device
     rows = lambda t: t if t.stride(-1) == 1 else t.contiguous()  # noqa: E731  the kernels take row and head strides
@@ -609,7 +628,7 @@ def stream_layer(q, k, v, scale: float, window: int | None, softcap: float | Non
     tok = tokens.to(dev, torch.int64).contiguous() if tokens is not None else None
     run = lambda name: _pass2(name, q, k, lse, tok, a, window, block, skip, lags, flags)  # noqa: E731
     with phase("stats", dev):
-        name = pass2 if pass2 != "auto" else os.environ.get("INTERP_PASS2", "auto")
+        name = pass2
         if name == "auto":
             use_choice = block is None and q.is_cuda and a["G"] > 1 and any(flags.values())
             name = _pass2_choice(q, k, a, flags, lags, run) if use_choice else "per-head"
