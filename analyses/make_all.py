@@ -59,10 +59,13 @@ SCRIPTS = {
     "icl_lr": HERE / "emergence/icl_lr.py",
     "induction_text": HERE / "emergence/induction_text.py",
     "induction_textprobe": HERE / "emergence/induction_text.py",  # a second run of it: ARGV
+    "induction_textrepeat": HERE / "emergence/induction_text.py",  # a third: the positive control
 }
 # the scripts run with arguments beyond --quick / --out (a second study from one script)
 ARGV = {"induction_textprobe": ["--probes", "text", "--name", "emergence_textprobe", "--steps", "3000", "--every", "100", "--seeds", "1",
-                               "--device", "cpu"]}
+                               "--device", "cpu"],
+        "induction_textrepeat": ["--repeat-frac", "0.25", "--batch", "16", "--steps", "3000", "--every", "100", "--device", "cpu",
+                                 "--name", "emergence_textrepeat"]}
 OPTIONAL = {"pca_snapshot": HERE / "p001_frayed/pca_snapshot.py", "embedding_cone": HERE / "p004_slash/embedding_cone.py"}  # present once issue 8's part lands
 BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
               "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",

@@ -34,7 +34,10 @@ probes of the same kind, 1000 bootstrap resamples): the top induction head's ``d
 The committed run: the defaults, through ``bash analyses/benchmarks/device_check.sh induction`` on a lent H100 (3 seeds
 in 3 processes, 296 s in all). A second committed run, ``--probes text --name emergence_textprobe --steps 3000 --every
 100 --seeds 1 --device cpu`` (``make_all``'s ``induction_textprobe``; 28 minutes on one core here), scans probes of
-repeated held-out text instead. Configurations tried before them (one seed each unless said, ``--probes seen``, the
+repeated held-out text instead; a third, ``--repeat-frac 0.25 --batch 16 --steps 3000 --every 100 --device cpu --name
+emergence_textrepeat`` (``induction_textrepeat``; 3 seeds in 3 processes on this machine's 2 cores, about 25 minutes),
+is the positive control: a quarter of each batch's windows are repeated random sequences of the probes' kind
+(``interp.lab.text_lm.repeat_rows``), which an induction head predicts. Configurations tried before them (one seed each unless said, ``--probes seen``, the
 language reference (``--corpus pydoc``) unless said, windows of 256, batch 16 unless said, d_model 64 (4 heads of 16)
 unless said, a scan every 100 steps; scores at the last step, induction over layers ``1 .. L-1``, previous-token over
 ``0 .. L-2``; this shared 2-core machine, one thread):
@@ -112,7 +115,7 @@ from interp.lab.vocab import BOS  # noqa: E402
 from interp.report.trajectory_page import write_trajectory_page  # noqa: E402
 
 ROLE = 0.3  # the atlas's role threshold (final_roles), fixed before the runs
-SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "pe", "lr", "probes", "corpus", "device", "role_level",
+SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "pe", "lr", "probes", "repeat_frac", "corpus", "device", "role_level",
             "early", "late", "icl_band", "icl_windows")
 EARLY = 8
 OPTIONS = (("--steps", int, 10000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
@@ -131,6 +134,8 @@ OPTIONS = (("--steps", int, 10000, "AdamW steps"), ("--seeds", int, 3, "seeds"),
            ("--jobs", int, 0, "seeds trained at once, one process each (0: every seed at once on a GPU, which a small model "
                               "leaves mostly idle, one at a time on a CPU; on a CPU "
                               "each process takes one core)"),
+           ("--repeat-frac", float, 0.0, "share of each batch's windows that are repeated random sequences (<bos>, r, r "
+                                          "over the training text's byte ids: a positive control that trains copying)"),
            ("--probes", str, "seen", "repeated probe sequences: all (random ids from the whole vocabulary, no <bos>) | seen "
                                     "(<bos>, then random ids that occur in the training text) | text (<bos>, then a held-out "
                                     "stretch of text, repeated)"))
@@ -199,7 +204,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
             cb.frame.assign(seed=seed).to_csv(args.out / f"{args.name}_trajectory.seed{seed}.partial.csv", index=False)
 
     t0 = time.perf_counter()
-    train_model(model, text_lm.lm_batch_fn(train, n, args.batch, passkey_frac=0.0),
+    train_model(model, text_lm.lm_batch_fn(train, n, args.batch, passkey_frac=0.0, repeat_frac=args.repeat_frac),
                 TrainConfig(steps=args.steps, lr=args.lr, warmup=min(args.warmup, args.steps // 4), weight_decay=0.1, betas=(0.9, 0.95),
                             seed=seed), loss_fn=lm_loss, callbacks=[cb, progress])
     total = time.perf_counter() - t0
@@ -214,7 +219,7 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
     row = {"seed": seed, "steps": args.steps, "length": n, "batch": args.batch, "d_model": args.d_model, "layers": args.layers,
-           "heads": args.heads, "pe": args.pe, "lr": args.lr, "probes": args.probes, "corpus": args.corpus, "device": args.device, "role_level": ROLE, "early": EARLY, "late": n - 1,
+           "heads": args.heads, "pe": args.pe, "lr": args.lr, "probes": args.probes, "repeat_frac": args.repeat_frac, "corpus": args.corpus, "device": args.device, "role_level": ROLE, "early": EARLY, "late": n - 1,
            "icl_band": args.icl_band, "icl_windows": args.icl_windows, "t_induction": first_crossing(per_step, "induction", ROLE),
            "t_prev": first_crossing(per_step, "prev", ROLE),
            "phase_change_step": float(per_step["step"].iloc[k]), "phase_change_icl_drop": float(d_icl.iloc[k]) if k else np.nan,
@@ -291,6 +296,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if args.jobs < 1:
         args.jobs = args.seeds if args.device.startswith("cuda") else 1
     args.out.mkdir(parents=True, exist_ok=True)
+    if not 0 <= args.repeat_frac <= 1:
+        ap.error(f"--repeat-frac {args.repeat_frac}: a share of each batch, between 0 and 1")
     if args.probes not in PROBES:
         ap.error(f"--probes {args.probes}: use {' or '.join(PROBES)}")
     if args.corpus not in text_lm.TEXT_CORPORA:

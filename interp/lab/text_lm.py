@@ -148,20 +148,35 @@ def passkey_batch(ids: np.ndarray, n: int, m: int, rng: np.random.Generator, k: 
     return torch.as_tensor(np.stack([passkey_sequence(ids[s: s + h], keys[i], int(depth[i])) for i, s in enumerate(start)]))
 
 
-def lm_batch_fn(ids: np.ndarray, n: int, batch: int, passkey_frac: float = 0.25, k: int = 4):
+def repeat_rows(alphabet: np.ndarray, n: int, m: int, rng: np.random.Generator) -> Int[torch.Tensor, "batch pos"]:
+    """``[m, n]`` rows ``<bos>, r, r`` (the second copy cut to fit) with r ``n // 2`` ids drawn uniformly from
+    ``alphabet``: sequences only an induction head can predict (the second copy), the synthetic data on which
+    small models form induction heads (Olsson et al. 2022, Sec. 3; TransformerLens' repeated-token test)."""
+    r = alphabet[rng.integers(0, len(alphabet), (m, n // 2))]
+    return torch.as_tensor(np.concatenate([np.full((m, 1), BOS), r, r], 1)[:, :n], dtype=torch.long)
+
+
+def lm_batch_fn(ids: np.ndarray, n: int, batch: int, passkey_frac: float = 0.25, k: int = 4, repeat_frac: float = 0.0):
     """A ``train_model`` batch function: ``batch`` rows of ``n`` tokens, ``round(passkey_frac * batch)`` of them passkey
-    sequences (the last rows), the rest text windows; ``loss_mask`` marks every position >= 1, ``answer_mask`` the
-    last ``k`` positions of the passkey rows (for ``lm_passkey_loss``).
+    sequences (the last rows), ``round(repeat_frac * batch)`` repeated random sequences (``repeat_rows`` over the ids
+    that occur in ``ids``; before the passkey rows), the rest text windows; ``loss_mask`` marks every position >= 1,
+    ``answer_mask`` the last ``k`` positions of the passkey rows (for ``lm_passkey_loss``).
 
     Raises:
-        ValueError: ``passkey_frac`` outside [0, 1].
+        ValueError: ``passkey_frac`` or ``repeat_frac`` outside [0, 1], or the two together above one batch.
     """
-    if not 0 <= passkey_frac <= 1:
-        raise ValueError(f"passkey_frac must lie in [0, 1], got {passkey_frac}")
-    n_key = int(round(passkey_frac * batch))
+    for name, frac in (("passkey_frac", passkey_frac), ("repeat_frac", repeat_frac)):
+        if not 0 <= frac <= 1:
+            raise ValueError(f"{name} must lie in [0, 1], got {frac}")
+    n_key, n_rep = int(round(passkey_frac * batch)), int(round(repeat_frac * batch))
+    if n_key + n_rep > batch:
+        raise ValueError(f"passkey_frac {passkey_frac} and repeat_frac {repeat_frac} ask for more than the {batch} rows of a batch")
+    alphabet = np.unique(ids) if n_rep else None  # once: ids can hold millions of bytes
 
     def fn(step: int, rng: np.random.Generator) -> dict:
-        rows = [text_windows(ids, n, batch - n_key, rng)] if batch > n_key else []
+        rows = [text_windows(ids, n, batch - n_key - n_rep, rng)] if batch > n_key + n_rep else []
+        if n_rep:
+            rows.append(repeat_rows(alphabet, n, n_rep, rng))
         if n_key:
             rows.append(passkey_batch(ids, n, n_key, rng, k))
         x = torch.cat(rows)

@@ -155,3 +155,22 @@ def test_quick_rope_id_lm(tmp_path):
     rid, tmp = (df[df.pe == p].set_index("eval_length") for p in ("rope-id", "rope-id+temp"))
     assert rid.nll[32] == tmp.nll[32] and rid.nll[64] != tmp.nll[64]  # the temperature is 1 up to n only
     assert (tmp_path / "rope_id_lm_summary.csv").exists() and (tmp_path / "rope_id_lm.html").exists()
+
+
+def test_repeated_rows_sit_between_the_text_and_the_passkey_rows():
+    """``repeat_frac``: rows <bos>, r, r over the text's own ids, after the text windows and before the passkey rows
+    (whose answer mask is unchanged); fractions that do not fit a batch are refused."""
+    ids = T.encode_text(pydoc_text()[:20000])
+    batch = T.lm_batch_fn(ids, 24, 8, passkey_frac=0.25, k=2, repeat_frac=0.5)(0, np.random.default_rng(0))
+    x = batch["input_ids"]
+    rep = x[2:6]
+    assert (rep[:, 0] == T.BOS).all() and (rep[:, 1:12] == rep[:, 13:]).all()  # the second copy cut to fit
+    assert set(rep[:, 1:].unique().tolist()) <= set(np.unique(ids).tolist())
+    assert not (x[:2, 1:12] == x[:2, 13:]).all(1).any()  # text windows: not repeats
+    assert batch["answer_mask"][6:, -2:].all() and batch["answer_mask"].sum() == 2 * 2
+    same = T.lm_batch_fn(ids, 24, 8, passkey_frac=0.25, k=2)(0, np.random.default_rng(0))["input_ids"]
+    assert x.shape == same.shape
+    with pytest.raises(ValueError, match="more than the 8 rows"):
+        T.lm_batch_fn(ids, 24, 8, passkey_frac=0.5, repeat_frac=0.75)
+    with pytest.raises(ValueError, match="repeat_frac must lie in"):
+        T.lm_batch_fn(ids, 24, 8, repeat_frac=-0.1)
