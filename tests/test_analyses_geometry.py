@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from tests.conftest import load_script
 
@@ -30,3 +31,12 @@ def test_make_all_lists_every_analysis_script_and_runs_them(tmp_path):
     assert on_disk <= listed, on_disk - listed
     times = mod.main(["--quick", "--only", "frayed_rope", "--out", str(tmp_path)])
     assert set(times) == {"frayed_rope"} and (tmp_path / "frayed_rope_summary.csv").exists()
+
+
+def test_make_all_runs_a_second_study_of_one_script_with_its_arguments(tmp_path):
+    """``ARGV``: ``induction_textrepeat`` is induction_text.py with the positive control's arguments (quick here)."""
+    mod = load_script(ROOT / "make_all.py")
+    assert set(mod.ARGV) <= set(mod.SCRIPTS)
+    mod.main(["--quick", "--only", "induction_textrepeat", "--out", str(tmp_path)])
+    runs = pd.read_csv(tmp_path / "emergence_textrepeat_runs.csv")
+    assert runs["repeat_frac"].iloc[0] == 0.25 and not (tmp_path / "emergence_text_runs.csv").exists()
