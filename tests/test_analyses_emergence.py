@@ -52,6 +52,8 @@ def test_quick_induction_text(tmp_path):
     assert r["induction_end"] == pytest.approx(last["induction_score"].max())
     assert len(eff) == 8 and (eff["dnll_lo"] <= eff["dnll"]).all() and (eff["dnll"] <= eff["dnll_hi"]).all()
     assert (tmp_path / "emergence_text_seed0.html").exists()
+    # layer 0's heads ablated together (the layers before the top induction head's): the interval holds the mean
+    assert r["earlier_joint_dnll_lo"] <= r["earlier_joint_dnll"] <= r["earlier_joint_dnll_hi"]
 
 
 def test_seen_probes_repeat_ids_of_the_training_text():

@@ -29,7 +29,9 @@ first induction head (``t_induction``: the first scanned step at which that indu
 previous-token head (``t_prev``), the ICL score's largest drop between two scans (the phase change) and its step.
 The 0.3 level is the atlas's role threshold (``interp.experiments.trajectory.final_roles``), fixed before the runs.
 Causal check at the end of training: ``interp.experiments.effects.head_effects`` (mean ablation, every head, on 16
-probes of the same kind, 1000 bootstrap resamples): the top induction head's ``dnll`` against the other heads'.
+probes of the same kind, 1000 bootstrap resamples): the top induction head's ``dnll`` against the other heads'; and
+``set_effects``: every head of the layers before the top induction head's, mean-ablated together
+(``earlier_joint_dnll``: where the copying reads the previous token when no single head does).
 
 The committed run: the defaults, through ``bash analyses/benchmarks/device_check.sh induction`` on a lent H100 (3 seeds
 in 3 processes, 296 s in all). A second committed run, ``--probes text --name emergence_textprobe --steps 3000 --every
@@ -106,7 +108,7 @@ from _common import one_thread, parser, save_figure  # noqa: E402
 
 from interp import corpus  # noqa: E402
 from interp.engine import ScanConfig  # noqa: E402
-from interp.experiments.effects import EffectsConfig, head_effects  # noqa: E402
+from interp.experiments.effects import EffectsConfig, bootstrap_interval, head_effects, set_effects  # noqa: E402
 from interp.experiments.trajectory import (  # noqa: E402
     ScanCallback, every_schedule, first_crossing, icl_score, log_schedule, seed_summary)
 from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, lm_loss, train_model  # noqa: E402
@@ -214,8 +216,13 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     k = int(d_icl.idxmin()) if d_icl.notna().any() else 0
     last = traj[traj["step"] == traj["step"].max()]
     top = last[last["layer"] >= 1].sort_values("induction_score").iloc[-1]
-    eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), repeated_probes(loaded, train, args.probes, 16, n, 2000 + seed, test),
+    eff_probes = repeated_probes(loaded, train, args.probes, 16, n, 2000 + seed, test)
+    eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), eff_probes,
                        EffectsConfig(interventions=("mean",), bootstrap=1000, seed=seed)).table.assign(seed=seed)
+    # every head of the layers before the top induction head's, mean-ablated together: where it reads the previous token
+    earlier = [(layer, h) for layer in range(int(top["layer"])) for h in range(args.heads)]
+    joint = set_effects(lab_loaded(model, text_lm.BYTE_VOCAB), eff_probes, [earlier], "mean")[0]
+    joint_lo, joint_hi = bootstrap_interval(joint, 1000, seed)
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
     row = {"seed": seed, "steps": args.steps, "length": n, "batch": args.batch, "d_model": args.d_model, "layers": args.layers,
@@ -228,6 +235,8 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
            "top_layer": int(top["layer"]), "top_head": int(top["head"]),
            "top_dnll": float(top_eff["dnll"]), "top_dnll_lo": float(top_eff["dnll_lo"]), "top_dnll_hi": float(top_eff["dnll_hi"]),
            "other_dnll_max": float(others["dnll"].max()), "other_dnll_median": float(others["dnll"].median()),
+           "earlier_joint_dnll": float(joint.mean()), "earlier_joint_dnll_lo": float(joint_lo[0]),
+           "earlier_joint_dnll_hi": float(joint_hi[0]),
            "test_loss_end": float(last["test_loss"].iloc[0]), "train_seconds": total - cb.seconds,
            "scan_seconds_per_checkpoint": float(traj.groupby("step")["scan_seconds"].first().mean()),
            "callback_seconds": cb.seconds, "checkpoints": int(traj["step"].nunique())}
