@@ -22,7 +22,8 @@ in one run:
   ``ph_stats_s`` (pass 2 and the key-0 / map reads; ``pass2`` names the variant ``triton_attention`` picked,
   per-head, packed or packed-small by kv head, and ``pass2_ms`` each one's time on the first layer),
   ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's per-layer update), ``ph_flush_s`` (device sums to the
-  CPU, once per scan), ``ph_model_s`` (the rest: the model's own layers, taps and Python), ``tables_s`` (building ``heads`` from the summed state, not part of ``scan_s``).
+  CPU, once per scan), ``ph_model_s`` (the rest: the model's own layers, taps and Python), ``tables_s`` (building
+  ``heads`` from the summed state, not part of ``scan_s``).
 
 Plus the same work on both engines for ``smollm2-135m``'s config (random weights), 1024 tokens in float32: the GPU
 (Triton) and this machine's CPU (fused C++ kernel, ``torch.get_num_threads()`` threads), so the engines are compared

@@ -158,14 +158,12 @@ def repeated_probes(loaded, train: np.ndarray, kind: str, m: int, n: int, seed: 
     rng = np.random.default_rng(seed)
     if kind == "all":
         return corpus.prompts(loaded, "repeated-random", m, n, seed=seed)
-    if kind == "seen":
-        ids = np.unique(train)
-        r = torch.as_tensor(ids[rng.integers(0, len(ids), (m, n // 2))])
-    elif kind == "text" and test is not None:
+    if kind == "seen":  # the positive control's training rows (--repeat-frac) are drawn the same way
+        return text_lm.repeat_rows(np.unique(train), n, m, rng)
+    if kind == "text" and test is not None:
         r = torch.as_tensor(np.stack([test[s: s + n // 2] for s in rng.integers(0, len(test) - n // 2, m)]), dtype=torch.long)
-    else:
-        raise ValueError(f"--probes {kind}: use {' or '.join(PROBES)} (text needs the held-out text)")
-    return torch.cat([torch.full((m, 1), BOS), r, r], 1)[:, :n]
+        return torch.cat([torch.full((m, 1), BOS), r, r], 1)[:, :n]
+    raise ValueError(f"--probes {kind}: use {' or '.join(PROBES)} (text needs the held-out text)")
 
 
 def curves(traj: pd.DataFrame) -> pd.DataFrame:
@@ -216,12 +214,12 @@ def run_seed(seed: int, args, train: np.ndarray, test: np.ndarray) -> tuple[pd.D
     k = int(d_icl.idxmin()) if d_icl.notna().any() else 0
     last = traj[traj["step"] == traj["step"].max()]
     top = last[last["layer"] >= 1].sort_values("induction_score").iloc[-1]
-    eff_probes = repeated_probes(loaded, train, args.probes, 16, n, 2000 + seed, test)
-    eff = head_effects(lab_loaded(model, text_lm.BYTE_VOCAB), eff_probes,
-                       EffectsConfig(interventions=("mean",), bootstrap=1000, seed=seed)).table.assign(seed=seed)
+    trained = lab_loaded(model, text_lm.BYTE_VOCAB)  # eval mode again after training
+    eff_probes = repeated_probes(trained, train, args.probes, 16, n, 2000 + seed, test)
+    eff = head_effects(trained, eff_probes, EffectsConfig(interventions=("mean",), bootstrap=1000, seed=seed)).table.assign(seed=seed)
     # every head of the layers before the top induction head's, mean-ablated together: where it reads the previous token
     earlier = [(layer, h) for layer in range(int(top["layer"])) for h in range(args.heads)]
-    joint = set_effects(lab_loaded(model, text_lm.BYTE_VOCAB), eff_probes, [earlier], "mean")[0]
+    joint = set_effects(trained, eff_probes, [earlier], "mean")[0]
     joint_lo, joint_hi = bootstrap_interval(joint, 1000, seed)
     top_eff = eff[(eff["layer"] == top["layer"]) & (eff["head"] == top["head"])].iloc[0]
     others = eff[~((eff["layer"] == top["layer"]) & (eff["head"] == top["head"]))]
