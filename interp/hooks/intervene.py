@@ -1,7 +1,8 @@
 """Causal interventions on the model's rotation: run the model itself with a RoPE variant in chosen layers.
 
 ``rope_intervention(model, variant, layers)`` replaces, for the duration of a ``with`` block, the
-``(cos, sin)`` tables that each chosen attention layer receives (``position_embeddings``) by the
+``(cos, sin)`` tables that each chosen attention layer receives (``position_embeddings``, the ``rope`` site of
+``interp.hooks.edit``) by the
 variant's: ``cos(angle)``, ``sin(angle)`` per rotation plane, written into the channels of the model's
 pairing, times the layer's own RoPE scaling and ``sqrt(variant.logit_scale(n))`` (applied to both q
 and k, so logits scale by ``logit_scale``: RoPE-ID's attention temperature). The angles come from the
@@ -27,10 +28,10 @@ from typing import Iterable, Iterator
 
 import torch
 
-from interp.models.arch import attention_modules, family
 from interp.errors import UnsupportedModelError
+from interp.hooks.edit import Edit, edit
 from interp.models import LoadedModel
-from interp.models.arch import rope_specs
+from interp.models.arch import family, rope_specs
 from interp.rope import RopeSpec, RopeVariant, plane_channels
 from interp.hooks.heads import HEAD_KINDS, head_intervention, head_means  # noqa: F401  (the head interventions)
 
@@ -74,32 +75,22 @@ def rope_intervention(model: LoadedModel, variant: RopeVariant, layers: Iterable
     chosen = sorted(set(range(len(specs)) if layers is None else layers))
     if any(not 0 <= l < len(specs) for l in chosen):
         raise ValueError(f"layers must lie in 0..{len(specs) - 1}, got {chosen}")
-    seen: dict[str, torch.Tensor] = {}
-
-    def remember_ids(_m, args, kwargs):
-        ids = args[0] if args else kwargs.get("input")
-        seen["ids"] = ids
-
-    def replace(layer: int):
-        def hook(_m, args, kwargs):
-            cos, sin = kwargs["position_embeddings"]
-            pos = kwargs.get("position_ids")
-            pos = pos[0] if pos is not None else torch.arange(cos.shape[-2], device=cos.device)
-            ids = seen.get("ids")
-            toks = ids[0] if ids is not None and ids.dim() == 2 and ids.shape[0] == 1 else None  # token-aware variants read it
-            c, s = variant_tables(specs[layer], variant, pos.to(cos.device), toks)
-            kwargs["position_embeddings"] = (c.to(cos.dtype).expand_as(cos), s.to(sin.dtype).expand_as(sin))
-            return args, kwargs
-        return hook
-
-    handles = [hf.get_input_embeddings().register_forward_pre_hook(remember_ids, with_kwargs=True)]
-    mods = attention_modules(hf)
-    handles += [mods[l].register_forward_pre_hook(replace(l), with_kwargs=True) for l in chosen]
-    try:
+    with edit(model, *(Edit(("rope", l), "fn", variant_rope(specs[l], variant)) for l in chosen)):
         yield
-    finally:
-        for h in handles:
-            h.remove()
+
+
+def variant_rope(spec: RopeSpec, variant: RopeVariant):
+    """A ``rope`` site ``fn`` (``interp.hooks.edit``): the layer's ``(cos, sin)`` replaced by ``variant_tables`` at
+    the forward's positions (its ``position_ids``, else ``0..pos-1``) and, for token-aware variants, its input ids
+    (batch 1)."""
+    def fn(cos, sin, ctx):
+        pos = ctx.position_ids
+        pos = pos[0] if pos is not None else torch.arange(cos.shape[-2], device=cos.device)
+        ids = ctx.tokens
+        toks = ids[0] if ids is not None and ids.dim() == 2 and ids.shape[0] == 1 else None  # token-aware variants read it
+        c, s = variant_tables(spec, variant, pos.to(cos.device), toks)
+        return c.to(cos.dtype).expand_as(cos), s.to(sin.dtype).expand_as(sin)
+    return fn
 
 
 def mean_nll(model: LoadedModel, prompts) -> float:
@@ -133,9 +124,9 @@ def massive_intervention(model: LoadedModel, channels: dict, values: dict | None
     ``interp.measures.massive.channel_means``), which keeps the intervention causal: Jin et al.'s per-forward mean
     reads every position of the forward, later ones included (one number per head, so little leaks).
 
-    Implemented by wrapping the ``apply_rotary_pos_emb`` function of the attention modules' modeling file while the
-    chosen layers run, so every attention implementation and ``interp.scan`` / ``interp.capture`` (whose taps see
-    the edited q, k) run the intervened model; the original function and every hook are back on exit.
+    Implemented as ``q_rot`` / ``k_rot`` edits of the intervention layer (``interp.hooks.edit``): every attention
+    implementation and ``interp.scan`` / ``interp.capture`` (whose taps see the edited q, k) run the intervened
+    model; the model is exactly as before on exit.
 
     Args:
         model: a loaded model whose family passes its RoPE tables to attention (not GPT-J).
@@ -147,11 +138,8 @@ def massive_intervention(model: LoadedModel, channels: dict, values: dict | None
 
     Raises:
         ValueError: a layer outside ``0..n_layers-1``, or masks / values of the wrong shape.
-        UnsupportedModelError: a family that builds its own rotation (GPT-J), or whose modeling file has no
-            ``apply_rotary_pos_emb``.
+        UnsupportedModelError: a family that builds its own rotation (GPT-J).
     """
-    import sys
-
     hf, card = model.hf, model.card
     if family(hf).call != "interface":
         raise UnsupportedModelError(f"{card.name}: the massive-value intervention edits q, k after apply_rotary_pos_emb, "
@@ -174,61 +162,24 @@ def massive_intervention(model: LoadedModel, channels: dict, values: dict | None
             if tuple(v.shape) != shape:
                 raise ValueError(f"values[{x!r}] must have shape {shape}, got {tuple(v.shape)}")
             fills[x] = v
-    mods = attention_modules(hf)
-    files = {type(m).__module__ for m in mods}
-    for f in files:
-        if not callable(getattr(sys.modules[f], "apply_rotary_pos_emb", None)):
-            raise UnsupportedModelError(f"{card.name}: {f} has no apply_rotary_pos_emb to wrap")
-    current: dict[str, int | None] = {"layer": None}
 
-    def edit(t: torch.Tensor, x: str, layer: int) -> torch.Tensor:
-        """``t`` ``[batch, head, pos, d_head]`` with the chosen channels of ``layer`` overwritten."""
-        m = masks[x][layer].to(t.device)  # [head, d]
-        if not bool(m.any()):
-            return t
-        sel = m[None, :, None, :]
-        if x in fills:
-            fill = fills[x][layer].to(t.device, t.dtype)[None, :, None, :]
-        else:
-            if t.shape[2] == 1:  # Jin et al. leave one-token forwards alone
-                return t
-            n = m.sum(-1).to(t.dtype) * (t.shape[0] * t.shape[2])  # entries per head
-            fill = ((t * sel).sum((0, 2, 3)) / n.clamp(min=1))[None, :, None, None]
-        return torch.where(sel, fill, t)
+    def edit_fn(x: str, layer: int):
+        def fn(t, _ctx):
+            """``t`` ``[batch, pos, head, d_head]`` with the chosen channels of ``layer`` overwritten."""
+            t = t.transpose(1, 2)  # [batch, head, pos, d]: the layout (and reduction order) of Jin et al.'s code
+            m = masks[x][layer].to(t.device)  # [head, d]
+            sel = m[None, :, None, :]
+            if x in fills:
+                fill = fills[x][layer].to(t.device, t.dtype)[None, :, None, :]
+            else:
+                if t.shape[2] == 1:  # Jin et al. leave one-token forwards alone
+                    return t.transpose(1, 2)
+                n = m.sum(-1).to(t.dtype) * (t.shape[0] * t.shape[2])  # entries per head
+                fill = ((t * sel).sum((0, 2, 3)) / n.clamp(min=1))[None, :, None, None]
+            return torch.where(sel, fill, t).transpose(1, 2)
+        return fn
 
-    originals = {f: sys.modules[f].apply_rotary_pos_emb for f in files}
-
-    def wrap(original):
-        def apply_rotary_pos_emb(q, k, *args, **kwargs):
-            q2, k2 = original(q, k, *args, **kwargs)
-            layer = current["layer"]
-            if layer is None:
-                return q2, k2
-            if "q" in masks:
-                q2 = edit(q2, "q", layer)
-            if "k" in masks:
-                k2 = edit(k2, "k", layer)
-            return q2, k2
-        return apply_rotary_pos_emb
-
-    def enter(layer: int):
-        def hook(_m, _args, _kwargs):
-            current["layer"] = layer
-        return hook
-
-    def leave(_m, _args, _kwargs, _out):
-        current["layer"] = None
-
-    handles = []
-    try:
-        for l in chosen:
-            handles.append(mods[l].register_forward_pre_hook(enter(l), with_kwargs=True))
-            handles.append(mods[l].register_forward_hook(leave, with_kwargs=True))
-        for f, orig in originals.items():
-            setattr(sys.modules[f], "apply_rotary_pos_emb", wrap(orig))
+    edits = [Edit((f"{x}_rot", l), "fn", edit_fn(x, l)) for l in chosen for x in ("q", "k")
+             if x in masks and bool(masks[x][l].any())]
+    with edit(model, *edits):
         yield
-    finally:
-        for f, orig in originals.items():
-            setattr(sys.modules[f], "apply_rotary_pos_emb", orig)
-        for h in handles:
-            h.remove()

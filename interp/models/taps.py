@@ -73,8 +73,9 @@ Handler = Callable[[AttentionCall], "torch.Tensor | None"]
 
 
 class _Tap:
-    def __init__(self, handler: Handler, layers: dict[int, int], pairing: str, delegate: Callable):
-        self.handler, self.layers, self.pairing, self.delegate = handler, layers, pairing, delegate
+    def __init__(self, handler: Handler, layers: dict[int, int], pairing: str, delegate: Callable | None,
+                 editor: Callable | None = None):
+        self.handler, self.layers, self.pairing, self.delegate, self.editor = handler, layers, pairing, delegate, editor
         self.tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
@@ -96,20 +97,30 @@ def _interface_attention(module, query, key, value, attention_mask, scaling=None
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kw)
     layer = tap.layers[id(module)]
     cos, sin = tap.tables.pop(layer)
+    # an edit block (interp.hooks.edit) may be active: the tap sees the edited q, k, v; run() is the edited layer
+    editor = tap.editor
+    seen = editor.prepare_inputs(module, query, key, value) if editor is not None else (query, key, value)
+    ran = []
 
     def run():  # the layer's normal attention: (out [batch, pos, head, d], weights [batch, head, q, k] | None)
-        return tap.delegate(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                            sliding_window=sliding_window, softcap=softcap, **kw)
+        ran.append(True)
+        kws = dict(scaling=scaling, dropout=dropout, sliding_window=sliding_window, softcap=softcap, **kw)
+        if editor is not None:
+            return editor.run_edited(tap.delegate or editor.inner(module), module, query, key, value, attention_mask, **kws)
+        return tap.delegate(module, query, key, value, attention_mask, **kws)
 
     def default():
         out, w = run()
         return out[0], (None if w is None else w[0])
 
-    call = AttentionCall(layer, _first(query), _first(key), _first(value), float(scaling if scaling is not None else module.scaling),
-                         sliding_window, softcap, cos, sin, tap.pairing, default)
+    call = AttentionCall(layer, _first(seen[0]), _first(seen[1]), _first(seen[2]),
+                         float(scaling if scaling is not None else module.scaling), sliding_window, softcap, cos, sin,
+                         tap.pairing, default)
     out = tap.handler(call)
     if out is None:
         return run()
+    if editor is not None and not ran:
+        editor.check_tapped(module)  # edits that the tap's own attention cannot honour raise here
     return out.to(query.dtype)[None], None
 
 
@@ -174,9 +185,14 @@ def attention_taps(model, handler: Handler, *, implementation: str | None = None
     impl = implementation or hf.config._attn_implementation or "sdpa"
     if impl == ATTN_NAME:
         raise RuntimeError("attention taps do not nest")
+    # an attention function that edits (interp.hooks.edit's, found by its prepare_inputs) stays in the loop: the tap
+    # sees its edited q, k, v and the layer's default is the edited attention over the chosen implementation
+    current = ALL_ATTENTION_FUNCTIONS.get(hf.config._attn_implementation or "sdpa")
+    editor = current if hasattr(current, "prepare_inputs") else None
     # unrotate_tables reads the rotary width from the tables, so the family's base pairing is all it needs
     gptj = fam.call == "gptj"  # its _attn is the eager path; the tap wraps it, no delegate needed
-    tap = _Tap(handler, {id(m): i for i, m in enumerate(mods)}, fam.pairing, None if gptj else _delegate(mods[0], impl))
+    delegate = None if gptj or (editor is not None and implementation is None) else _delegate(mods[0], impl)
+    tap = _Tap(handler, {id(m): i for i, m in enumerate(mods)}, fam.pairing, delegate, editor)
     handles = [m.register_forward_pre_hook(_table_hook(tap, i, gptj), with_kwargs=True) for i, m in enumerate(mods)]
     previous = hf.config._attn_implementation
     token = _ACTIVE.set(tap)

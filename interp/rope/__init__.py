@@ -147,6 +147,30 @@ def unrotate_tables(
     return out
 
 
+def rotate_tables(
+    x: Float[torch.Tensor, "pos head d_head"],
+    cos: Float[torch.Tensor, "pos rot"],
+    sin: Float[torch.Tensor, "pos rot"],
+    pairing: str,
+) -> Float[torch.Tensor, "pos head d_head"]:
+    """Apply RoPE with the model's own per-channel tables, as HF's ``apply_rotary_pos_emb`` does: the first
+    ``rot = cos.shape[-1]`` channels become ``x cos + turn(x) sin`` (``turn`` = ``rotate_half_of`` over those channels);
+    the rest pass through. The inverse of ``unrotate_tables``; float32 (float64 for float64 input).
+
+    Raises:
+        ShapeError: ``cos``/``sin`` are not ``[pos, rot]`` with ``rot <= d_head`` matching ``x``.
+    """
+    if cos.shape != sin.shape or cos.dim() != 2 or cos.shape[0] != x.shape[0] or cos.shape[1] > x.shape[-1]:
+        raise ShapeError(f"rotate_tables expects cos/sin [pos, rot<=d_head] for x {tuple(x.shape)}; got {tuple(cos.shape)}")
+    dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    x = x.to(dt)
+    r = cos.shape[1]
+    c, s = cos.to(dt)[:, None, :], sin.to(dt)[:, None, :]
+    out = x.clone()
+    out[..., :r] = x[..., :r] * c + rotate_half_of(x[..., :r], pairing.partition(":")[0]) * s
+    return out
+
+
 def angles(spec: RopeSpec, positions: torch.Tensor) -> Float[torch.Tensor, "pos freq"]:
     """Rotation angle of every plane at every position, ``pos * inv_freq``, in float32 as HF computes it."""
     return positions.float()[:, None] * spec.inv_freq.to(positions.device)[None, :]
