@@ -251,7 +251,7 @@ def mean_interval(values, n: int = 1000, seed: int = 0) -> tuple[float, float, f
     interval (``interp.experiments.effects.bootstrap_interval``, ``n`` seeded resamples)."""
     import numpy as np
 
-    from interp.experiments.effects import bootstrap_interval
+    from interp.experiments.stats import bootstrap_interval
 
     v = np.asarray(values, dtype=float)[None]
     lo, hi = bootstrap_interval(v, n, seed)

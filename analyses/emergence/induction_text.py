@@ -108,7 +108,8 @@ from _common import one_thread, parser, save_figure  # noqa: E402
 
 from interp import corpus  # noqa: E402
 from interp.engine import ScanConfig  # noqa: E402
-from interp.experiments.effects import EffectsConfig, bootstrap_interval, head_effects, set_effects  # noqa: E402
+from interp.experiments.effects import EffectsConfig, head_effects, set_effects  # noqa: E402
+from interp.experiments.stats import bootstrap_interval  # noqa: E402
 from interp.experiments.trajectory import (  # noqa: E402
     ScanCallback, every_schedule, first_crossing, icl_score, log_schedule, seed_summary)
 from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, lm_loss, train_model  # noqa: E402

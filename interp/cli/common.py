@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from interp.errors import InterpError
+from interp.errors import ConfigError, InterpError
 
 app = typer.Typer(help="Attention-geometry toolkit: find slash-dominant heads, sinks and low-rank q/k in open LMs, offline.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -122,9 +122,17 @@ def top_sdh(heads, n: int) -> None:
           ["layer", "head", "slash_delta", "slash_score", "r1_q", "r1_k", "sink_weight", "ood_ratio"], n)
 
 
-def long_summary(heads, cfg) -> None:
-    """Print how many heads are long-range SDHs (``is_sdh_long``) and how many long lags are content repeats (``cfg``:
-    the scan's ``ScanConfig``); nothing when the scan had no long-range measure."""
+def long_summary(heads, result) -> None:
+    """Print how many heads are long-range SDHs (``is_sdh_long``) and how many long lags are content repeats
+    (``result``: the scan, a ``ScanResult``); for prompts too short for any long lag, why long_slash.csv and
+    content_repeats.csv hold only their header and the ``--tokens`` that would fill them."""
+    from interp.measures.slash import long_min_tokens, no_long_lags
+
+    cfg = result.config
+    if why := no_long_lags(result):
+        console.print(f"long range: {why}; long_slash.csv and content_repeats.csv have only their header "
+                      f"(--tokens {long_min_tokens(cfg)} or more fills them)", soft_wrap=True)
+        return
     if heads["long_any_slash_score"].isna().all():
         return
     n = int(heads["is_sdh_long"].sum())
@@ -172,3 +180,23 @@ def float_list(spec: str, what: str, example: str) -> list[float]:
         return [float(x) for x in spec.split(",") if x.strip()]
     except ValueError:
         fail(InterpError(f"{what} takes comma-separated numbers (e.g. {example}), got {spec!r}"))
+
+
+def parse_heads(spec: str | None) -> tuple[tuple[int, int], ...] | None:
+    """``"all"`` / None -> None (every head); ``"3:1,17:0"`` -> ``((3, 1), (17, 0))``.
+
+    Raises:
+        ConfigError: an empty list, or an entry that is not ``LAYER:HEAD`` with non-negative integers.
+    """
+    if spec is None or spec.strip() == "all":
+        return None
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    if not items:
+        raise ConfigError("--heads is empty; give 'all' or LAYER:HEAD pairs, e.g. 3:1,17:0")
+    out = []
+    for s in items:
+        a, sep, b = s.partition(":")
+        if not sep or not a.strip().isdigit() or not b.strip().isdigit():
+            raise ConfigError(f"--heads entry {s!r} is not LAYER:HEAD (non-negative integers, e.g. 3:1); or use 'all'")
+        out.append((int(a), int(b)))
+    return tuple(dict.fromkeys(out))

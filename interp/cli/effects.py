@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_paths, console, fail, plural, show_table
+from interp.cli.common import (DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_paths, console, fail, parse_heads, plural,
+                               show_table)
 from interp.errors import InterpError
 
 
@@ -46,7 +47,8 @@ def effects(
     no new file), effects.json (clean NLL, settings, timing) and effects.html (a layer x head grid per intervention).
     """
     t_start = time.perf_counter()
-    from interp.experiments.effects import EffectsConfig, model_grid, parse_heads, parse_interventions
+    from interp.experiments.effects import EffectsConfig, parse_interventions
+    from interp.models.grid import model_grid
 
     if method not in ("exact", "naive", "attribution"):
         fail(InterpError(f"unknown --method {method!r}; use exact, naive or attribution"))

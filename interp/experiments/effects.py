@@ -17,8 +17,8 @@ planes).
 
 **Fast path (``head_effects``).** One clean pass caches the residual stream at the input of every layer (and after
 the last), the heads' mean outputs and the clean NLL. A head of layer ``l`` cannot change layers ``0..l-1``, so its
-run starts from the cached input of layer ``l``: the earlier decoder layers are swapped for pass-throughs while it
-runs (the model's own forward then computes layers ``l..L-1``, final norm and LM head from ``inputs_embeds``), and
+run starts from the cached input of layer ``l`` (``resid_pre`` recorded by ``interp.hooks.edit``): the earlier decoder
+layers are pass-throughs while it runs (``interp.hooks.edit.start_at``) (the model's own forward then computes layers ``l..L-1``, final norm and LM head from ``inputs_embeds``), and
 many heads of one layer run side by side as batch rows (``head_intervention(..., rows=...)``). The clean next-token
 distribution comes from the cached final residual through the same norm and head. ``naive_effects`` runs the full
 model once per head, intervention and prompt; the tests hold the two equal to 1e-4 nats.
@@ -36,9 +36,8 @@ Sits above the hooks: it calls the model and ``head_intervention``; it never tou
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -46,8 +45,9 @@ import torch
 from jaxtyping import Float
 
 from interp.errors import ConfigError, UnsupportedModelError
+from interp.experiments.stats import bootstrap_interval
+from interp.hooks.edit import edit, record, start_at
 from interp.hooks.heads import HeadOutputSums, check_heads, head_intervention
-from interp.models.arch import decoder_layers
 
 INTERVENTIONS = ("zero", "mean", "streaming", "rope_high", "rope_medium", "rope_low", "nope")
 COLUMNS = ("layer", "head", "intervention", "dnll", "dnll_lo", "dnll_hi", "kl")
@@ -66,26 +66,6 @@ def parse_interventions(spec: str | Sequence[str]) -> tuple[str, ...]:
         if n not in INTERVENTIONS:
             raise ConfigError(f"unknown intervention {n!r}; use one of {', '.join(INTERVENTIONS)}")
     return tuple(dict.fromkeys(names))
-
-
-def parse_heads(spec: str | None) -> tuple[tuple[int, int], ...] | None:
-    """``"all"`` / None -> None (every head); ``"3:1,17:0"`` -> ``((3, 1), (17, 0))``.
-
-    Raises:
-        ConfigError: an empty list, or an entry that is not ``LAYER:HEAD`` with non-negative integers.
-    """
-    if spec is None or spec.strip() == "all":
-        return None
-    items = [s.strip() for s in spec.split(",") if s.strip()]
-    if not items:
-        raise ConfigError("--heads is empty; give 'all' or LAYER:HEAD pairs, e.g. 3:1,17:0")
-    out = []
-    for s in items:
-        a, sep, b = s.partition(":")
-        if not sep or not a.strip().isdigit() or not b.strip().isdigit():
-            raise ConfigError(f"--heads entry {s!r} is not LAYER:HEAD (non-negative integers, e.g. 3:1); or use 'all'")
-        out.append((int(a), int(b)))
-    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -219,22 +199,6 @@ def token_stats(logits: Float[torch.Tensor, "row pos vocab"], clean: Sequence[tu
     return dn, kl
 
 
-def bootstrap_interval(values: np.ndarray, n: int, seed: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap of the mean over prompts: ``values`` ``[row, prompt]`` -> ``(lo [row], hi [row])``.
-
-    The same ``n`` resamples of the prompt indices (drawn with replacement, ``numpy.random.default_rng(seed)``) serve
-    every row. ``n = 0`` or one prompt: the interval is the point estimate.
-    """
-    v = np.asarray(values, dtype=np.float64)
-    mean = v.mean(1)
-    if n == 0 or v.shape[1] < 2:
-        return mean.copy(), mean.copy()
-    idx = np.random.default_rng(seed).integers(0, v.shape[1], size=(n, v.shape[1]))
-    boot = v[:, idx].mean(-1)  # [row, n]
-    a = (1 - level) / 2
-    return np.quantile(boot, a, axis=1), np.quantile(boot, 1 - a, axis=1)
-
-
 def _table(rows: list[tuple[int, int, str]], dn: np.ndarray, kl: np.ndarray, config: EffectsConfig) -> pd.DataFrame:
     lo, hi = bootstrap_interval(dn, config.bootstrap, config.seed)
     t = pd.DataFrame({"layer": [r[0] for r in rows], "head": [r[1] for r in rows], "intervention": [r[2] for r in rows],
@@ -279,43 +243,6 @@ def _prompts(prompts) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-def _layer_list(hf) -> torch.nn.ModuleList:
-    base = getattr(hf, "base_model", hf)
-    for attr in ("layers", "h"):
-        m = getattr(base, attr, None)
-        if isinstance(m, torch.nn.ModuleList):
-            return m
-    raise UnsupportedModelError(f"{type(hf).__name__}: no decoder layer list (base_model.layers or .h)")
-
-
-class _PassThrough(torch.nn.Module):
-    """Stands in for a decoder layer whose output is already cached: returns its input (as a 1-tuple where the real
-    layer returns a tuple, GPT-J)."""
-
-    def __init__(self, as_tuple: bool):
-        super().__init__()
-        self.as_tuple = as_tuple
-
-    def forward(self, hidden_states, *args, **kwargs):
-        return (hidden_states,) if self.as_tuple else hidden_states
-
-
-@contextmanager
-def skip_layers(model, n: int, as_tuple: bool = False) -> Iterator[None]:
-    """Inside the block, decoder layers ``0..n-1`` of ``model`` are pass-throughs: ``model.hf(inputs_embeds=x)`` with
-    ``x`` the residual stream at the input of layer ``n`` computes layers ``n..L-1``, the final norm and the LM head
-    (masks, RoPE tables and soft-caps by the model's own forward). The layers are put back on exit."""
-    layers = _layer_list(model.hf)
-    saved = [layers[i] for i in range(n)]
-    try:
-        for i in range(n):
-            layers[i] = _PassThrough(as_tuple)
-        yield
-    finally:
-        for i, m in enumerate(saved):
-            layers[i] = m
-
-
 @dataclass
 class CleanPass:
     """What one clean forward per prompt leaves for the fast path.
@@ -336,46 +263,37 @@ class CleanPass:
 def clean_pass(model, prompts: torch.Tensor, score_from: int = 1) -> CleanPass:
     """One clean forward per prompt: cache the residual stream at every layer's input and after the last layer, the
     heads' mean outputs and the NLL of the tokens at positions ``score_from..N-1`` (see ``CleanPass``)."""
-    layers = decoder_layers(model.hf)
-    L = len(layers)
+    L = model.card.n_layers
     P, N = prompts.shape
     resid: torch.Tensor | None = None
     cur = {"p": 0, "tuple": False}
 
-    def keep_in(l: int):
-        def hook(_m, args, kwargs):
-            x = args[0] if args else kwargs["hidden_states"]
+    def keep(l: int):
+        def fn(x, ctx):  # x: [1, pos, d_model]
             nonlocal resid
             if resid is None:
                 resid = x.new_empty((L + 1, P, N, x.shape[-1]))
             resid[l, cur["p"]] = x[0]
-        return hook
+            if l == L:
+                cur["tuple"] = bool(ctx.tuple_output)
+        return fn
 
-    def keep_out(_m, _args, out):
-        cur["tuple"] = isinstance(out, tuple)
-        resid[L, cur["p"]] = (out[0] if isinstance(out, tuple) else out)[0]
-
-    handles = [m.register_forward_pre_hook(keep_in(l), with_kwargs=True) for l, m in enumerate(layers)]
-    handles.append(layers[-1].register_forward_hook(keep_out))
+    keeps = [record(("resid_pre", l), keep(l)) for l in range(L)] + [record(("resid_post", L - 1), keep(L))]
     nll = np.zeros(P)
     rec = HeadOutputSums(model)
-    try:
-        with torch.inference_mode(), rec:
-            for p in range(P):
-                cur["p"] = p
-                t = prompts[p].to(model.device)
-                logits = model.hf(t[None], use_cache=False).logits[0, score_from - 1:-1].float()
-                nll[p] = float(torch.nn.functional.cross_entropy(logits, t[score_from:], reduction="mean"))
-    finally:
-        for h in handles:
-            h.remove()
+    with torch.inference_mode(), edit(model, *keeps, *rec.edits()):
+        for p in range(P):
+            cur["p"] = p
+            t = prompts[p].to(model.device)
+            logits = model.hf(t[None], use_cache=False).logits[0, score_from - 1:-1].float()
+            nll[p] = float(torch.nn.functional.cross_entropy(logits, t[score_from:], reduction="mean"))
     return CleanPass(resid, rec.means(), nll, cur["tuple"])
 
 
 def _clean_dists(model, clean: CleanPass, prompt_idx: torch.Tensor, keep: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``clean_dist`` of the given prompts, from the cached final residual through the model's own final norm and LM
     head (every layer a pass-through); ``keep``: ``kept(config, N)``."""
-    with skip_layers(model, clean.resid.shape[0] - 1, clean.as_tuple):
+    with start_at(model, clean.resid.shape[0] - 1, clean.as_tuple):
         logits = model.hf(inputs_embeds=clean.resid[-1, prompt_idx], use_cache=False, **keep).logits
     return [clean_dist(x) for x in logits]
 
@@ -446,7 +364,7 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
                             cache.update(zip(missing, _clean_dists(model, clean, torch.tensor(missing, device=dev), keep)))
                         pidx = torch.tensor([p for p, _ in chunk], device=dev)
                         with head_intervention(model, [(l, h) for _, h in chunk], rows=[[i] for i in range(len(chunk))], **kw), \
-                                skip_layers(model, l, clean.as_tuple):
+                                start_at(model, l, clean.as_tuple):
                             logits = model.hf(inputs_embeds=clean.resid[l, pidx], use_cache=False, **keep).logits
                         d1, k1 = token_stats(logits, [cache[p] for p, _ in chunk], toks[pidx.cpu()])
                         for i, (p, h) in enumerate(chunk):
@@ -557,34 +475,3 @@ def _meta(model, cfg: EffectsConfig, toks: torch.Tensor, method: str, secs: floa
             "clean_nll": float(nll.mean()), "clean_nll_prompt": [float(x) for x in nll],
             "predictions": int(toks.shape[0] * (toks.shape[1] - cfg.score_from)), "config": c, "seconds": secs,
             "device": str(model.device), **extra}
-
-
-def model_grid(name: str) -> tuple[int, int] | None:
-    """``(n_layers, n_heads)`` of a model read without loading its weights (so the command line can check ``--heads``
-    before the model loads): a tiny model's config, a ``local:PATH`` folder's ``config.json``, an installed zoo
-    model's GGUF header. None where that cannot be read cheaply (a hub id, a zoo model not installed)."""
-    import json
-    from pathlib import Path
-
-    try:
-        if name.startswith("tiny-"):
-            from interp.models.tiny import TINY
-
-            c = TINY[name].config()
-            return int(c.num_hidden_layers), int(c.num_attention_heads)
-        if name.startswith("local:"):
-            c = json.loads((Path(name[len("local:"):]) / "config.json").read_text())
-            c = c.get("text_config", c)
-            return int(c.get("num_hidden_layers", c.get("n_layer"))), int(c.get("num_attention_heads", c.get("n_head")))
-        from interp.models.zoo import ZOO, gguf_path, is_installed
-
-        if name in ZOO and is_installed(name):
-            import gguf
-
-            r = gguf.GGUFReader(gguf_path(name))
-            arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
-            get = lambda k: int(r.fields[f"{arch}.{k}"].parts[r.fields[f"{arch}.{k}"].data[0]][0])  # noqa: E731
-            return get("block_count"), get("attention.head_count")
-    except Exception:  # noqa: BLE001 - any unreadable source: the check happens after loading instead
-        return None
-    return None

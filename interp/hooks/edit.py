@@ -124,6 +124,8 @@ class EditContext:
             None elsewhere). position_ids: ``[batch, pos]`` where the forward passed them (``rope`` site).
         tokens: ``[batch, pos]`` input ids of this forward (None when it ran from ``inputs_embeds``).
         heads: the query heads an explicit recompute covers (``scores`` / ``pattern`` / per-query-head edits).
+        tuple_output: at ``resid_post`` / ``attn_out`` / ``mlp_out``, whether the module returned a tuple (for
+            ``start_at(as_tuple=...)``).
     """
 
     site: Site
@@ -133,6 +135,7 @@ class EditContext:
     position_ids: torch.Tensor | None = None
     tokens: torch.Tensor | None = None
     heads: tuple[int, ...] | None = None
+    tuple_output: bool | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,7 +460,9 @@ def _hooks(sm: SiteMap, site: Site, edits: list[Edit]) -> list:
 
         def post(_m, _args, out):
             x = out[0] if isinstance(out, tuple) else out
-            return _swap_out(out, _apply_all(edits, x, ctx()))
+            c = ctx()
+            c.tuple_output = isinstance(out, tuple)
+            return _swap_out(out, _apply_all(edits, x, c))
         return [mod.register_forward_hook(post)]
     if name == "logits":
         def post(_m, _args, out):

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 import interp.models.loaders as loaders
 from interp.cli import app
 from interp.errors import ConfigError
-from interp.experiments.effects import (COLUMNS, INTERVENTIONS, EffectsConfig, bootstrap_interval, head_effects,
-                                        naive_effects, parse_heads, parse_interventions)
+from interp.cli.common import parse_heads
+from interp.experiments.effects import COLUMNS, INTERVENTIONS, EffectsConfig, head_effects, naive_effects, parse_interventions
+from interp.experiments.stats import bootstrap_interval
 from interp.hooks.heads import head_intervention
 from interp.models.arch import decoder_layers
 from interp.report.effects_page import write_effects
