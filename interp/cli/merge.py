@@ -44,5 +44,5 @@ def merge(dirs: List[Path] = typer.Argument(..., help="shard folders written by 
         fail(err)
     heads = write_outputs(result, out, ood)
     top_sdh(heads, 15)
-    long_summary(heads, result.config)
+    long_summary(heads, result)
     console.print(f"merged {plural(len(dirs), 'shard')} ({plural(result.meta['prompts'], 'prompt')}) into {out}")

@@ -95,7 +95,7 @@ def scan(
         return
     heads = write_outputs(result, out, ood_result, tokenizer=m.tokenizer)
     top_sdh(heads, top)
-    long_summary(heads, cfg)
+    long_summary(heads, result)
     console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, scan {result.meta['seconds']:.1f} s, "
                   f"total {time.perf_counter() - t_start:.1f} s wall (model load and report included); "
                   f"wrote {out}/heads.csv and {out}/report.html", soft_wrap=True)

@@ -295,6 +295,23 @@ def long_lag_range(s: Summed) -> range:
     return range(lo, max(lo, min(hi, n - cfg.skip - cfg.long_min_entries) + 1))
 
 
+def long_min_tokens(cfg) -> int:
+    """The shortest prompt (tokens) with a long lag: ``long_lags[0] + skip + long_min_entries`` (1504 by default:
+    lag 500 needs 1000 entries ``A[i, i - 500]`` whose keys lie past the first 4 positions)."""
+    return int(cfg.long_lags[0]) + int(cfg.skip) + int(cfg.long_min_entries)
+
+
+def no_long_lags(s: Summed) -> str:
+    """Why a scan has no long lag (so ``long_lag_table`` and ``content_repeats`` have no rows), as one clause naming
+    the prompt length that would give one; ``""`` when ``long_lag_range(s)`` is not empty."""
+    if long_lag_range(s):
+        return ""
+    cfg, n = s.config, s.state["slash_prompts"].shape[-1]
+    lo, hi = cfg.long_lags
+    return (f"no long lag measured: lags {lo}..{hi} need {cfg.long_min_entries} entries per prompt past the first {cfg.skip} "
+            f"positions, so prompts of at least {long_min_tokens(cfg)} tokens, and these have {n}")
+
+
 def long_lag_table(s: Summed, top: int = 5) -> pd.DataFrame:
     """Top ``top`` long lags per head by mean score, with the consistency rule's view of each lag.
 

@@ -27,6 +27,7 @@ from interp.report import html as html_kit
 from interp.measures import inp as inp_measure
 from interp.measures import prompt_count
 from interp.measures.sinks import sink_rates
+from interp.measures.slash import long_min_tokens, no_long_lags
 
 SDH_COLUMNS = ["layer", "head", "kv_head", "slash_score", "slash_delta", "r1_q", "r1_k", "R95_q", "R95_k", "sink_weight", "ood_ratio"]
 LONG_STRIDE = 10  # lag step of the long-range spectra embedded in the page
@@ -96,7 +97,13 @@ LONG_COLUMNS = ["layer", "head", "long_slash_score", "long_slash_delta", "long_s
 
 
 def _long_range_section(result: ScanResult, heads: pd.DataFrame, top: int = 5) -> list[str]:
-    """Long-range SDHs that hold across prompts first, then the lags that hold in too few prompts (content repeats)."""
+    """Long-range SDHs that hold across prompts first, then the lags that hold in too few prompts (content repeats); for
+    prompts too short for any long lag, a note saying so and the prompt length that would fill the section."""
+    if "slash_prompts" in result.state and (why := no_long_lags(result)):
+        return ["<h2>Long-range slash-dominant heads: not measured</h2>",
+                f'<p class="note">{html.escape(why[0].upper() + why[1:])}. Scan with <code>--tokens '
+                f"{long_min_tokens(result.config)}</code> or more to fill this section, long_slash.csv and content_repeats.csv "
+                "(written with their header only).</p>"]
     lags = result.long_lag_range()
     if not lags or "long_any_slash_score" not in heads or heads["long_any_slash_score"].isna().all():
         return []

@@ -21,6 +21,7 @@ from interp.report.bundle import write_csv
 from interp.report.compare import render_compare, compare_table
 from interp.report.sweep_page import render_sweep, sweep_data
 from interp.engine import ScanConfig, ScanResult
+from interp.engine import scan as interp_scan
 from interp.experiments.sweep import sweep
 from tests.conftest import random_tokens
 
@@ -176,3 +177,29 @@ def test_a_refused_compare_leaves_no_output_folder(tmp_path):
     res = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--names", "x,x", "--out", str(out)])
     assert res.exit_code == 2 and "--names" in res.output, res.output
     assert not out.exists()
+
+
+def test_prompts_too_short_for_long_lags_say_so_and_name_the_length(tmp_path):
+    """Issue 49: at 64 tokens no long lag fits (500..5000 need 1504-token prompts); long_slash.csv and
+    content_repeats.csv are written with their header only, and the closing summary and the report say why."""
+    out = tmp_path / "s"
+    res = runner.invoke(app, ["scan", "tiny-llama", "--prompts", "2", "--tokens", "64", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert ("long range: no long lag measured: lags 500..5000 need 1000 entries per prompt past the first 4 positions, so "
+            "prompts of at least 1504 tokens, and these have 64; long_slash.csv and content_repeats.csv have only their "
+            "header (--tokens 1504 or more fills them)") in " ".join(res.output.split())
+    for name in ("long_slash.csv", "content_repeats.csv"):
+        assert (out / name).read_text().count("\n") == 1  # the header
+    page = (out / "report.html").read_text()
+    assert "Long-range slash-dominant heads: not measured" in page and "<code>--tokens 1504</code> or more" in page
+
+
+def test_the_shortest_prompt_with_a_long_lag_has_one(tiny_llama):
+    from interp.measures.slash import long_min_tokens, no_long_lags
+
+    cfg = ScanConfig(long_lags=(20, 60), long_min_entries=20, map_size=8)
+    assert long_min_tokens(cfg) == 44 and long_min_tokens(ScanConfig()) == 1504
+    short = interp_scan(tiny_llama, [random_tokens(43, seed=0)], cfg)
+    assert "prompts of at least 44 tokens, and these have 43" in no_long_lags(short) and not short.long_lag_range()
+    fits = interp_scan(tiny_llama, [random_tokens(44, seed=0)], cfg)
+    assert no_long_lags(fits) == "" and fits.long_lag_range() == range(20, 21)
