@@ -21,6 +21,23 @@ def test_summary_ranks_by_the_gated_score_when_any_trial_is_retrieved():
     assert s["top_heads"].split()[0] == "L0H0" and s["ranked_by"] == "retrieval_score_all"
 
 
+def test_spearman_is_nan_without_a_warning_when_a_score_is_constant():
+    """Issue 49: a model whose heads all score 0 (the quick mode's tiny model) has no rank correlation; SciPy's
+    ConstantInputWarning is not raised."""
+    import warnings
+
+    mod = load_script(SCRIPT)
+    heads = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "retrieval_score": [0.0, 0.0, 0.0],
+                          "retrieval_score_all": [0.0, 0.0, 0.0], "rr_induction_score": [0.1, 0.5, 0.2]})
+    trials = pd.DataFrame({"retrieved": [False], "rouge1_recall": [0.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = mod.summarise("m", heads, trials, 1.0)
+    assert pd.isna(s["spearman_induction"])
+    s = mod.summarise("m", heads.assign(retrieval_score_all=[0.3, 0.1, 0.2]), trials, 1.0)
+    assert s["spearman_induction"] == -1.0
+
+
 def test_quick_mode_writes_its_tables(tmp_path):
     out = load_script(SCRIPT).main(["--quick", "--out", str(tmp_path)])
     assert list(out["model"]) == ["tiny-llama"] and out.loc[0, "trials"] == 2

@@ -36,3 +36,18 @@ def test_this_environment_has_the_locked_versions_of_the_direct_dependencies():
     for req in project["dependencies"] + project["optional-dependencies"]["test"]:
         name = _name(req)
         assert metadata.version(name).split("+")[0] == pins[name], name
+
+
+def test_the_editable_install_is_a_plain_pth_file():
+    """Issue 49: ``package-dir = {"" = "."}`` makes setuptools' editable install one .pth line (quiet), not the
+    meta-path finder of a flat layout, whose install prints pip's BuildBackendWarning banner."""
+    import json
+
+    dist = metadata.distribution("interp")
+    direct = dist.read_text("direct_url.json")
+    if not direct or not json.loads(direct).get("dir_info", {}).get("editable"):
+        return  # installed from a wheel: nothing editable to check
+    sp = Path(dist.locate_file(""))
+    assert not list(sp.glob("__editable___interp_*_finder.py")), "the editable install uses the noisy meta-path finder"
+    assert [p.read_text().strip() for p in sp.glob("__editable__.interp-*.pth")] == [str(ROOT)]
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"] == {"": "."}

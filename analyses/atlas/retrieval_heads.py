@@ -50,7 +50,11 @@ def induction_scores(model, n_prompts: int, n_tokens: int, seed: int = 0) -> pd.
 
 
 def summarise(name: str, heads: pd.DataFrame, trials: pd.DataFrame, seconds: float, grid: str = "") -> dict:
-    """One summary row of a model (the top heads by ``retrieval_score``, or by ``retrieval_score_all`` if none retrieved)."""
+    """One summary row of a model (the top heads by ``retrieval_score``, or by ``retrieval_score_all`` if none retrieved).
+
+    ``spearman_induction`` (the rank correlation of that score with ``rr_induction_score`` over heads) is NaN when
+    either column is constant (every head 0, as in the quick mode's tiny model): a correlation is undefined there.
+    """
     key = "retrieval_score" if trials["retrieved"].any() else "retrieval_score_all"
     top = heads.sort_values(key, ascending=False).head(5)
     row = dict(model=name, trials=len(trials), retrieved=int(trials["retrieved"].sum()),
@@ -64,7 +68,8 @@ def summarise(name: str, heads: pd.DataFrame, trials: pd.DataFrame, seconds: flo
         ind = heads.sort_values("rr_induction_score", ascending=False).head(5)
         row["top_induction_heads"] = " ".join(f"L{r.layer}H{r.head}" for r in ind.itertuples())
         row["top_in_both"] = len(set(row["top_heads"].split()) & set(row["top_induction_heads"].split()))
-        row["spearman_induction"] = round(float(heads[key].corr(heads["rr_induction_score"], method="spearman")), 3)
+        constant = heads[key].nunique() < 2 or heads["rr_induction_score"].nunique() < 2  # e.g. no head retrieves anything
+        row["spearman_induction"] = float("nan") if constant else round(float(heads[key].corr(heads["rr_induction_score"], method="spearman")), 3)
     row["seconds"] = round(seconds, 1)
     row["grid"] = grid
     return row
