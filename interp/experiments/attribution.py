@@ -32,7 +32,7 @@ import torch
 
 from interp.errors import ConfigError
 from interp.experiments.effects import EffectsConfig, EffectsResult, _meta, _order, _prompts, _table
-from interp.hooks.heads import output_projections, output_width
+from interp.hooks.edit import edit, record
 
 LINEAR_KINDS = ("zero", "mean")
 
@@ -61,30 +61,18 @@ def head_gradients(model, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
         output projection's input), ``d mean-NLL / d z`` (float32, model device), and the prompt's mean next-token NLL.
     """
     hf, c = model.hf, model.card
-    projs = output_projections(hf)
-    seen: list[torch.Tensor | None] = [None] * len(projs)
-
-    def keep(l: int):
-        def hook(_m, args, kwargs):
-            seen[l] = args[0] if args else kwargs["input"]
-        return hook
-
-    handles = [m.register_forward_pre_hook(keep(l), with_kwargs=True) for l, m in enumerate(projs)]
-    try:
-        with _frozen(hf), torch.enable_grad():
-            t = tokens.to(model.device)
-            emb = hf.get_input_embeddings()(t[None])
-            emb = emb.detach().requires_grad_(True)
-            # Gemma scales inside its embedding module: feeding the module's output as inputs_embeds is the same input
-            logits = hf(inputs_embeds=emb, use_cache=False).logits[0, :-1].float()
-            loss = torch.nn.functional.cross_entropy(logits, t[1:])
-            grads = torch.autograd.grad(loss, seen)
-    finally:
-        for h in handles:
-            h.remove()
-    n, w = tokens.numel(), output_width(model)
-    z = torch.stack([s.detach()[0].view(n, c.n_heads, w) for s in seen]).float()
-    g = torch.stack([x[0].view(n, c.n_heads, w) for x in grads]).float()
+    seen: dict = {}
+    with _frozen(hf), torch.enable_grad(), edit(model, *(record(("head_out", l), seen) for l in range(c.n_layers))):
+        t = tokens.to(model.device)
+        emb = hf.get_input_embeddings()(t[None])
+        emb = emb.detach().requires_grad_(True)
+        # Gemma scales inside its embedding module: feeding the module's output as inputs_embeds is the same input
+        logits = hf(inputs_embeds=emb, use_cache=False).logits[0, :-1].float()
+        loss = torch.nn.functional.cross_entropy(logits, t[1:])
+        zs = [seen[f"head_out[{l}]"] for l in range(c.n_layers)]  # each [1, pos, head, d_head], in the graph
+        grads = torch.autograd.grad(loss, zs)
+    z = torch.stack([x.detach()[0] for x in zs]).float()
+    g = torch.stack([x[0] for x in grads]).float()
     return z, g, float(loss.detach())
 
 

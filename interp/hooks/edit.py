@@ -161,6 +161,10 @@ def _apply(e: Edit, x: torch.Tensor, ctx: EditContext, *, rows=None, heads=None)
     head); the leading axes ``batch, (pos | head), (head | q_pos)`` are indexed together, the rest kept whole.
     """
     name = ctx.site.name
+    if e.op == "record" and rows is None and heads is None and e.rows is None and e.heads is None and e.positions is None:
+        sel = x  # the tensor itself, so gradients reach it (``detach=False`` records)
+        e.value(sel, ctx) if callable(e.value) else e.value.__setitem__(str(ctx.site), sel)
+        return x
     hax = HEAD_AXIS.get(name)
     pax = 2 if name in _EXPLICIT_SITES else 1
     r = rows if rows is not None else _index(e.rows, x.shape[0], f"rows of {ctx.site}")
@@ -309,6 +313,7 @@ def _recompute(st: _LayerState, module, query, key, value, attention_mask, scali
     vis_all = visible(attention_mask, n_q, n_k, sliding_window, query.device)
     out = out.clone()
     one = torch.zeros(1, dtype=torch.long)
+    pieces: dict[int, list[torch.Tensor]] = {}  # record edits of scores / pattern: one [rows, 1, q, k] per head
     for h, es in heads.items():
         rows = torch.unique(torch.cat([_rows_of(e, B) for e in es]))
         local = {id(e): torch.searchsorted(rows, _rows_of(e, B)) for e in es}
@@ -335,16 +340,28 @@ def _recompute(st: _LayerState, module, query, key, value, attention_mask, scali
         vis = vis_all[ri] if vis_all.shape[0] > 1 else vis_all
         logits = logits.masked_fill(~vis, float("-inf"))[:, None]  # [rows, 1, q, k]
         for e in _by_site(es, "scores"):
-            logits = _apply(e, logits, _ctx(st, "scores", ctx_heads), rows=local[id(e)], heads=one)
+            logits = _apply(_collecting(e, pieces), logits, _ctx(st, "scores", ctx_heads), rows=local[id(e)], heads=one)
         p = torch.softmax(logits, dim=-1)
         for e in _by_site(es, "pattern"):
-            p = _apply(e, p, _ctx(st, "pattern", ctx_heads), rows=local[id(e)], heads=one)
+            p = _apply(_collecting(e, pieces), p, _ctx(st, "pattern", ctx_heads), rows=local[id(e)], heads=one)
         if all(e.op == "record" for e in es):
             continue  # read only: the model's own output stands
         out[ri, :, h] = torch.matmul(p[:, 0], v[:, :, 0]).to(out.dtype)
         if w is not None:
             w[ri, h] = p[:, 0].to(w.dtype)
+    for e in edits:  # each record edit of scores / pattern receives its heads together: [rows, head, q_pos, k_pos]
+        if id(e) in pieces:
+            x = torch.cat(pieces[id(e)], dim=1)
+            c = _ctx(st, _site(e).name, tuple(_index(e.heads, H, "heads").tolist()))
+            e.value(x, c) if callable(e.value) else e.value.__setitem__(str(c.site), x)
     return out, w
+
+
+def _collecting(e: Edit, pieces: dict) -> Edit:
+    """``e``, or for a record edit one that appends its per-head piece to ``pieces[id(e)]`` (heads in order)."""
+    if e.op != "record":
+        return e
+    return dataclasses.replace(e, value=lambda x, _c: pieces.setdefault(id(e), []).append(x))
 
 
 def _inner(module) -> Callable:
@@ -652,7 +669,9 @@ class _Cache(dict):
 
     def _keep(self, site: Site):
         def fn(x, _ctx):
-            self[str(site)] = x.detach() if self._detach else x
+            if self._detach:
+                x = tuple(t.detach() for t in x) if isinstance(x, tuple) else x.detach()
+            self[str(site)] = x
         return fn
 
     def __enter__(self) -> "_Cache":

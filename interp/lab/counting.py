@@ -48,6 +48,7 @@ import pandas as pd
 import torch
 
 from interp.attention import attention_pattern, expand_kv
+from interp.hooks.sites import site_map
 from interp.models.taps import AttentionCall, attention_taps
 
 __all__ = ["uniformity", "balance_target", "partial_r2", "counting_scores", "head_activations", "forced_brackets",
@@ -193,68 +194,51 @@ def forced_brackets(steps: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _o_proj(hf, layer: int) -> torch.nn.Module:
-    from interp.models.arch import attention_modules
-
-    attn = attention_modules(hf)[layer]
-    if not isinstance(getattr(attn, "o_proj", None), torch.nn.Linear):
-        raise ValueError(f"layer {layer}: mean ablation needs an attention module with an o_proj Linear (Llama-style)")
-    return attn.o_proj
-
-
 @torch.no_grad()
 def head_means(model, ids: torch.Tensor) -> list[torch.Tensor]:
-    """Per layer, ``[pos, head * d_head]``: the mean over prompts of the heads' outputs (the ``o_proj`` input).
+    """Per layer, ``[pos, head * d_head]``: the mean over prompts of the heads' outputs (the output projection's input,
+    the ``head_out`` site of ``interp.hooks.edit``) at each position: a per-position mean, unlike
+    ``interp.hooks.heads.head_means``' one mean over every position (this task's positions differ in role).
 
     Args:
-        model: an ``interp.LoadedModel`` or a Llama-style HF causal LM (attention modules with ``o_proj``).
+        model: an ``interp.LoadedModel`` or a HF causal LM of a covered family.
         ids: ``[batch, pos]`` int64 prompts of equal length.
     """
-    from interp.models.arch import attention_modules
+    from interp.hooks.edit import cache
 
     hf = getattr(model, "hf", model)
-    got: dict[int, torch.Tensor] = {}
-    hooks = [_o_proj(hf, i).register_forward_pre_hook(lambda m, a, i=i: got.__setitem__(i, a[0].float().mean(0)))
-             for i in range(len(attention_modules(hf)))]
-    try:
+    n = site_map(hf).n_layers
+    with cache(hf, [f"head_out[{l}]" for l in range(n)]) as c:
         hf(input_ids=torch.as_tensor(ids, dtype=torch.long).to(next(hf.parameters()).device))
-    finally:
-        for h in hooks:
-            h.remove()
-    return [got[i].cpu() for i in sorted(got)]
+    return [c[f"head_out[{l}]"].float().mean(0).flatten(-2).cpu() for l in range(n)]
 
 
 @contextmanager
 def mean_ablated(model, layer: int, head, means: torch.Tensor) -> Iterator[None]:
-    """Inside the block, head ``head`` of ``layer`` (an int, or a list of heads) outputs ``means[r]`` at position r.
+    """Inside the block, head ``head`` of ``layer`` (an int, or a list of heads) outputs ``means[r]`` at position r
+    (a ``head_out`` edit of ``interp.hooks.edit``).
 
     Args:
         means: ``[pos, head * d_head]`` from ``head_means`` (positions beyond its length keep the last row).
 
     Raises:
-        ValueError: a head outside the layer's heads, or a layer without ``o_proj``.
+        ValueError: a head outside the layer's heads.
     """
+    from interp.hooks.edit import apply, edit
+
     hf = getattr(model, "hf", model)
-    o = _o_proj(hf, layer)
-    n_heads = int(hf.config.num_attention_heads)
+    sm = site_map(hf)
     heads = [head] if isinstance(head, (int, np.integer)) else list(head)
-    if not heads or not all(0 <= h < n_heads for h in heads):
-        raise ValueError(f"head(s) {head} outside 0..{n_heads - 1}")
-    w = o.in_features // n_heads
-    cols = torch.cat([torch.arange(h * w, (h + 1) * w) for h in heads])
+    if not heads or not all(0 <= h < sm.n_heads for h in heads):
+        raise ValueError(f"head(s) {head} outside 0..{sm.n_heads - 1}")
+    per_head = means.view(means.shape[0], sm.n_heads, sm.head_width)  # [pos, head, d_head]
 
-    def hook(mod, args):
-        x = args[0].clone()
-        n = x.shape[1]
-        idx = torch.clamp(torch.arange(n), max=means.shape[0] - 1)
-        x[:, :, cols] = means[idx][:, cols].to(x.dtype).to(x.device)
-        return (x,) + tuple(args[1:])
+    def fn(x, _ctx):  # x: [batch, pos, len(heads), d_head]
+        idx = torch.clamp(torch.arange(x.shape[1]), max=per_head.shape[0] - 1)
+        return per_head[idx][:, heads].to(x.device, x.dtype).expand_as(x)
 
-    handle = o.register_forward_pre_hook(hook)
-    try:
+    with edit(hf, apply(("head_out", layer), fn, heads=[int(h) for h in heads])):
         yield
-    finally:
-        handle.remove()
 
 
 @torch.no_grad()
