@@ -13,7 +13,7 @@ from __future__ import annotations
 from interp.cli.common import app
 # each module registers its command; the import order is the order of ``interp --help``
 from interp.cli import models, scan, atlas, ablate, sweep, view, merge, compare, report, verify  # noqa: F401,E402
-from interp.cli import retrieval, effects, trajectory  # noqa: F401,E402
+from interp.cli import retrieval, effects, patch, trajectory  # noqa: F401,E402
 
 __all__ = ["app", "main"]
 

@@ -1,0 +1,152 @@
+"""``interp patch``: activation patching per head (and position), attribution patching, path patching, on clean /
+corrupt pairs from a file or a built-in task. Options and outputs: ``interp patch --help``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from interp.cli.common import DEVICE, DTYPE, MODEL, SEED, app, check_paths, console, fail, parse_heads, plural, show_table
+from interp.errors import InterpError
+
+METHODS = ("exact", "naive", "attribution")
+
+
+def _check_options(pairs: Optional[Path], task: Optional[str], method: str, paths: Optional[str], positions: str,
+                   n_pairs: Optional[int]) -> None:
+    """The option combinations refused before anything is read (raises ``InterpError``)."""
+    from interp.experiments.patch_tasks import TASKS
+
+    if (pairs is None) == (task is None):
+        raise InterpError("give either --pairs PAIRS.jsonl or --task (ioi, induction, greater-than), not both or neither")
+    if task is not None and task not in TASKS:
+        raise InterpError(f"unknown --task {task!r}; use one of {', '.join(TASKS)}")
+    if method not in METHODS:
+        raise InterpError(f"unknown --method {method!r}; use exact, naive or attribution")
+    if paths is not None and (method != "exact" or positions != "all"):
+        raise InterpError("--paths runs exact path patching at every position; drop --method / --positions each")
+    if n_pairs is not None and n_pairs < 1:
+        raise InterpError(f"--n-pairs must be >= 1, got {n_pairs}")
+
+
+def _pairs(tokenizer, pairs: Optional[Path], records, task: Optional[str], n_pairs: Optional[int], seed: int, cfg):
+    """Tokenised, checked pairs from the file's records or the task (raises ``InterpError``)."""
+    from interp.experiments.patch_tasks import check_one_template, task_pairs, tokenize_pairs
+
+    if task is not None:
+        out = task_pairs(task, tokenizer, n_pairs or 64, seed, one_template=cfg.positions == "each")
+    else:
+        out = tokenize_pairs(tokenizer, records[:n_pairs] if n_pairs else records, cfg.metric, where=pairs.name)
+    if cfg.positions == "each":
+        check_one_template(out)
+    return out
+
+
+@app.command()
+def patch(
+    model: str = MODEL,
+    pairs: Optional[Path] = typer.Option(None, help="JSONL, one {\"clean\", \"corrupt\", \"answer\", \"wrong\"} object per "
+                                         "line (clean and corrupt of equal token lengths)"),
+    task: Optional[str] = typer.Option(None, help="a built-in task instead of --pairs: ioi | induction | greater-than"),
+    n_pairs: Optional[int] = typer.Option(None, help="pairs of --task (default 64), or the first N of --pairs"),
+    seed: int = SEED,
+    heads: str = typer.Option("all", help="all, or LAYER:HEAD pairs to patch (with --paths: the receivers)"),
+    direction: str = typer.Option("denoise", help="denoise (corrupt run, clean head output patched in) | noise (the reverse)"),
+    positions: str = typer.Option("all", help="all (a head at every position) | each (one row per head and position; "
+                                  "pairs of one template)"),
+    method: str = typer.Option("exact", help="exact (cached residual stream, heads batched) | naive (one full forward per "
+                               "head and pair: the reference) | attribution (first-order estimate from one backward)"),
+    paths: Optional[str] = typer.Option(None, help="sender heads LAYER:HEAD,...: path patching to every later head (or "
+                                        "--heads) through its query, key and value; writes paths.csv"),
+    metric: str = typer.Option("logit_diff", help="logit_diff (logit[answer] - logit[wrong] at the last position) | nll "
+                               "(NLL of the answer, or of the clean prompt's last token where a pair has no answer)"),
+    bootstrap: int = typer.Option(1000, help="pair resamples for the 95%% interval of recovered"),
+    atlas: Optional[Path] = typer.Option(None, help="an atlas.csv (interp atlas) whose roles the page shows on hover"),
+    effects: Optional[Path] = typer.Option(None, help="an effects.csv (interp effects) whose dnll the page shows on hover"),
+    max_batch_gb: float = typer.Option(1.0, help="bound on one forward's activations, which sets the rows per forward"),
+    out: Path = typer.Option(Path("out/patch"), help="output folder (created; patch.csv, patch.json, patch.html, paths.csv)"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    top: int = typer.Option(10, help="rows of the largest-recovery table to print"),
+) -> None:
+    """Activation patching: which heads carry a behaviour. Per head, the corrupt prompt runs with the head's output
+    taken from the clean run (denoise; noise: the reverse); recovered = (mean LD patched - mean LD corrupt) / (mean LD
+    clean - mean LD corrupt), LD = logit[answer] - logit[wrong] at the last position, with a 95% bootstrap interval
+    over pairs (Wang et al. 2022; Heimersheim and Nanda 2024). --method attribution: Nanda 2023's first-order
+    estimate; --paths: path patching (Wang et al. 2022, App. B).
+
+    Writes patch.csv (layer, head, [pos,] direction, ld, recovered, recovered_lo, recovered_hi), patch.json (clean and
+    corrupt mean LD and accuracy, settings, timing), patch.html (a layer x head grid) and, with --paths, paths.csv
+    (sender_layer, sender_head, receiver_layer, receiver_head, via, recovered).
+
+    Bad pairs files (bad JSON, missing keys, clean / corrupt of different token lengths, an answer empty after
+    tokenisation, an empty file) are refused with one line naming the line, before the model loads: the tokenizer is
+    loaded alone for tiny models, local folders and zoo models loaded before (their converted copy); otherwise
+    (a hub id, a zoo model's first load) everything without a tokenizer is checked first and the token checks run
+    right after the load, before any forward.
+    """
+    t_start = time.perf_counter()
+    from interp.experiments.patch_tasks import load_tokenizer, read_pairs
+    from interp.experiments.patching import PatchConfig
+    from interp.models.grid import model_grid
+
+    try:
+        _check_options(pairs, task, method, paths, positions, n_pairs)
+        cfg = PatchConfig(heads=parse_heads(heads), direction=direction, positions=positions, metric=metric,
+                          bootstrap=bootstrap, seed=seed, max_batch_gb=max_batch_gb)
+        senders = parse_heads(paths) if paths is not None else None
+        if paths is not None and senders is None:
+            raise InterpError("--paths takes sender heads LAYER:HEAD,... (not 'all')")
+        grid = model_grid(model)
+        cfg.check(*(grid or (None, None)))
+        if senders is not None and grid is not None:
+            PatchConfig(heads=senders).check(*grid)
+    except InterpError as err:
+        fail(err)
+    check_paths(out, writes="patch.csv, patch.json, patch.html", files={"--pairs": pairs, "--atlas": atlas, "--effects": effects},
+                model=model)
+    try:
+        records = read_pairs(pairs, metric) if pairs is not None else None
+        tok = load_tokenizer(model)
+        got = _pairs(tok, pairs, records, task, n_pairs, seed, cfg) if tok is not None else None
+    except InterpError as err:
+        fail(err)
+
+    import pandas as pd
+
+    from interp.experiments.patching import attribution_patch_heads, naive_patch_heads, patch_heads, path_patch
+    from interp.models import load_model
+    from interp.report.patch_page import write_patch
+
+    try:
+        with console.status(f"loading {model}"):
+            m = load_model(model, device=device, dtype=dtype)
+        cfg.check(m.card.n_layers, m.card.n_heads)
+        if got is None:
+            got = _pairs(m.tokenizer, pairs, records, task, n_pairs, seed, cfg)
+        if senders is not None:
+            res = path_patch(m, got, senders, cfg, progress=True)
+        else:
+            run = {"exact": patch_heads, "naive": naive_patch_heads, "attribution": attribution_patch_heads}[method]
+            kw = {"log": lambda s: console.print(escape(s), soft_wrap=True)} if method == "exact" else {}
+            res = run(m, got, cfg, progress=True, **kw)
+    except InterpError as err:
+        fail(err)
+    res.meta.update(source=str(pairs) if pairs is not None else f"task:{task}", seed=seed)
+    read = lambda p: pd.read_csv(p) if p is not None else None  # noqa: E731
+    labels = [m.tokenizer.decode([i]) for i in got[0].clean] if positions == "each" else None
+    written = write_patch(res, out, read(atlas), read(effects), labels)
+    short = "LD" if metric == "logit_diff" else "NLL"
+    acc = (f" (accuracy {res.meta['clean_accuracy']:.0%} / {res.meta['corrupt_accuracy']:.0%})"
+           if "clean_accuracy" in res.meta else "")
+    t = res.table
+    show_table(t.reindex(t["recovered"].abs().sort_values(ascending=False).index),
+               "Largest |recovered| (share of the clean-corrupt gap)", list(t.columns), top)
+    console.print(f"{escape(m.card.name)}: {plural(len(got), 'pair')}, clean {short} {res.clean.mean():.4f}, corrupt "
+                  f"{short} {res.corrupt.mean():.4f}{acc}; {len(t)} rows in {res.meta['seconds']:.1f} s "
+                  f"({res.meta['method']}), total {time.perf_counter() - t_start:.1f} s wall; wrote "
+                  f"{', '.join(f'{out}/{n}' for n in written)}", soft_wrap=True)
