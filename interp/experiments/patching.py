@@ -479,8 +479,9 @@ def base_gradients(model, tokens: torch.Tensor, t: Targets, pidx: torch.Tensor) 
 def attribution_patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None, *,
                             progress: bool = False) -> PatchResult:
     """Every chosen head's attribution patching estimate (module docstring): one source forward and one base forward
-    and backward per batch of pairs, for all heads at once. Arguments, returns and errors as ``patch_heads``
-    (``meta["method"] = "attribution"``)."""
+    and backward per batch of pairs, for all heads at once (plus one plain base forward, so that the unpatched clean
+    and corrupt metric are computed exactly as by ``patch_heads``: with clean == corrupt their gap is exactly 0).
+    Arguments, returns and errors as ``patch_heads`` (``meta["method"] = "attribution"``)."""
     cfg, heads, t, base_tok, src_tok, buckets = _setup(model, pairs, config)
     P = len(base_tok)
     order = _rows(cfg, heads, len(base_tok[0]))
@@ -491,10 +492,10 @@ def attribution_patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | 
     for N, pidx in buckets.items():
         B = rows_per_forward(model, cfg, N, t.keep)
         src = run_cached(model, src_tok, t, pidx, B, z=True)
-        m_base = np.zeros(len(pidx))
+        _store_unpatched(cfg, pidx, run_cached(model, base_tok, t, pidx, B), src, clean, corrupt)
         for s in range(0, len(pidx), B):
             part = pidx[s:s + B]
-            z, g, m_base[s:s + B] = base_gradients(model, torch.stack([base_tok[i] for i in part]), t, torch.tensor(part))
+            z, g, m_base = base_gradients(model, torch.stack([base_tok[i] for i in part]), t, torch.tensor(part))
             d = ((src.z[:, s:s + B].float() - z) * g).sum(-1)  # [layer, pair, pos, head]
             d = d.permute(0, 3, 1, 2).double().cpu()  # [layer, head, pair, pos]
             if cfg.positions == "each":
@@ -502,8 +503,7 @@ def attribution_patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | 
                 est = d[li, hi, :, pos]  # [row, pair]
             else:
                 est = d.sum(-1)[li, hi]
-            per_pair[:, part] = est.numpy() + m_base[s:s + B][None]
-        _store_unpatched(cfg, pidx, RunCache(m_base, None, None, False), src, clean, corrupt)
+            per_pair[:, part] = est.numpy() + m_base[None]
     secs = time.perf_counter() - t0
     return PatchResult(head_table(order, per_pair, clean, corrupt, cfg), per_pair, clean, corrupt,
                        _meta(model, cfg, pairs, "attribution", clean, corrupt, secs, {}))
