@@ -243,12 +243,24 @@ def _site(e: Edit) -> Site:
     return e.site if isinstance(e.site, Site) else parse_site(e.site)
 
 
+def _unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:
+    """``unrotate_tables``, or where gradients are wanted its differentiable form: RoPE with ``-sin`` gives
+    ``x (cos^2 + sin^2)`` on the rotating channels, divided out."""
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return unrotate_tables(x, cos, sin, pairing)
+    r = cos.shape[-1]
+    y = rotate_tables(x, cos, -sin, pairing)
+    den = torch.ones(x.shape[0], 1, x.shape[-1], dtype=y.dtype, device=y.device)
+    den[..., :r] = (cos * cos + sin * sin).to(y.dtype)[:, None, :]
+    return y / den
+
+
 def _pre_edit(edits: list[Edit], x: torch.Tensor, ctx: EditContext) -> torch.Tensor:
     """``x`` ``[batch, pos, head, d]`` post-RoPE with edits of its pre-RoPE vectors: undone with the layer's tables,
     edited, rotated back; only the vectors an edit changed are replaced (the others stay bit-identical)."""
     cos, sin = ctx.cos, ctx.sin
     pairing = ctx.sites.pairing
-    pre = torch.stack([unrotate_tables(x[b], cos[min(b, cos.shape[0] - 1)], sin[min(b, sin.shape[0] - 1)], pairing)
+    pre = torch.stack([_unrotate(x[b], cos[min(b, cos.shape[0] - 1)], sin[min(b, sin.shape[0] - 1)], pairing)
                        for b in range(x.shape[0])])
     new = _apply_all(edits, pre, ctx)
     changed = (new != pre).any(-1, keepdim=True)

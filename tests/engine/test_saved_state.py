@@ -24,8 +24,8 @@ def test_state_written_before_the_protocol_loads_and_rerenders(tmp_path):
     with pytest.warns(UserWarning, match="sink_rate"):
         new = r.heads
     assert new["sink_prompt_frac"].isna().all() and set(new.columns) == set(old.columns) | {"sink_prompt_frac"}
-    for c in old.columns:
-        np.testing.assert_array_equal(new[c].to_numpy(dtype=float), old[c].to_numpy(dtype=float), err_msg=c)
+    for c in old.columns:  # spectra come from LAPACK, whose kernels differ in the last bits between CPUs
+        np.testing.assert_allclose(new[c].to_numpy(dtype=float), old[c].to_numpy(dtype=float), rtol=1e-12, atol=0, err_msg=c)
     out = interp.write_report(r, tmp_path / "report.html")  # the head table is cached: no second warning
     assert Path(out).stat().st_size > 100_000
 

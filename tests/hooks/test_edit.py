@@ -29,21 +29,25 @@ def _all_sites(model):
 
 
 def test_sites_record_what_independent_paths_compute(tiny):
-    """q/k before and after RoPE and v equal capture()'s (the engine's taps); resid_pre equals the model's own hidden
-    states; logits equal the forward's output; pattern equals the model's eager attention."""
+    """q/k before and after RoPE and v equal capture()'s (the engine's taps); resid_pre[0] is the embedding and each
+    resid_pre the previous layer's resid_post; logits equal the forward's output; pattern equals the model's eager
+    attention."""
     toks = random_tokens(N, seed=3)
     cap = capture(tiny, toks, patterns=True)
-    with torch.no_grad():
-        hs = tiny.hf(toks[None], use_cache=False, output_hidden_states=True)
     with cache(tiny, _all_sites(tiny)) as c:
-        _logits(tiny, toks)
+        logits = _logits(tiny, toks)
+    # (output_hidden_states=True would leave transformers' own capture hooks on the shared fixture)
+    with torch.no_grad():
+        emb = tiny.hf.get_input_embeddings()(toks[None])
+    assert torch.equal(c["resid_pre[0]"], emb)
     for l in range(tiny.card.n_layers):
         for name in ("q_pre", "k_pre", "q_rot", "k_rot", "v"):
             got = c[f"{name}[{l}]"][0].float()
             assert torch.allclose(got, getattr(cap, name)[l], atol=1e-5), (name, l)
-        assert torch.equal(c[f"resid_pre[{l}]"], hs.hidden_states[l])
+        if l:
+            assert torch.equal(c[f"resid_pre[{l}]"], c[f"resid_post[{l - 1}]"])
         assert torch.allclose(c[f"pattern[{l}]"][0], cap.patterns[l], atol=1e-5)
-    assert torch.equal(c["logits"], hs.logits)
+    assert torch.equal(c["logits"], logits)
     assert c["head_out[0]"].shape == (1, N, tiny.card.n_heads, site_map(tiny).head_width)
 
 
