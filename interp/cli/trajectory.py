@@ -16,8 +16,9 @@ from interp.errors import InterpError
 
 @app.command()
 def trajectory(
-    source: str = typer.Argument(..., help="a folder of saved checkpoints (one model folder each, e.g. step-100/), or a "
-                                 "Hugging Face hub id ORG/NAME whose --revisions are in the local cache"),
+    source: str = typer.Argument(..., help="a folder of saved checkpoints (one model folder each, e.g. step-100/, and "
+                                 "optionally train_log.csv with columns step, loss), or a Hugging Face hub id ORG/NAME "
+                                 "whose --revisions are in the local cache"),
     revisions: Optional[str] = typer.Option(None, help="comma-separated subfolders (or hub revisions) in order [default: "
                                             "every model subfolder, by the number in its name]"),
     corpus: str = typer.Option("repeated-random", help="probe prompts, the same at every checkpoint: pydoc | stdlib | random | "
@@ -36,17 +37,22 @@ def trajectory(
     step for every head, coloured by its role at the last checkpoint.
 
     Checks every checkpoint first (a folder with no model, a revision that does not exist, mixed architectures: one
-    line, exit 2, before any scan). Writes trajectory.csv (columns: step, revision, scan_seconds, then heads.csv's) and
-    trajectory.html.
+    line, exit 2, before any scan). Writes trajectory.csv (columns: step, revision, train_loss when the folder has a
+    train_log.csv, scan_seconds, then heads.csv's) and trajectory.html (its loss panel from train_log.csv).
+
+    A folder of checkpoints with their training log, from a small lab model (a few minutes on a CPU):
+    python -m interp.lab.checkpoints runs/induction --steps 300 --save-every 50, then
+    interp trajectory runs/induction --out out/trajectory.
     """
     t_start = time.perf_counter()
     check_measures(measure)
     check_paths(out, writes="trajectory.csv, trajectory.html")
     check_engine(engine, device)
-    from interp.experiments.trajectory import checkpoint_trajectory, find_checkpoints
+    from interp.experiments.trajectory import add_train_loss, checkpoint_trajectory, find_checkpoints, training_log
 
     try:
         cks = find_checkpoints(source, [r.strip() for r in revisions.split(",") if r.strip()] if revisions else None)
+        log = training_log(source)
     except InterpError as err:
         fail(err)
 
@@ -62,8 +68,10 @@ def trajectory(
                                      progress=True, engine=engine, device=device)
     except InterpError as err:
         fail(err)
+    if log is not None:
+        traj = add_train_loss(traj, log)
     out.mkdir(parents=True, exist_ok=True)
-    write_trajectory_page(traj, out / "trajectory.html", title=str(source))
+    write_trajectory_page(traj, out / "trajectory.html", log, title=str(source))
     write_atomic(out / "trajectory.csv", lambda tmp: traj.to_csv(tmp, index=False))
     console.print(f"{escape(str(source))}: {plural(len(cks), 'checkpoint')} x {plural(prompts, 'prompt')} of {tokens} tokens "
                   f"({escape(corpus)}), {len(traj)} rows, {traj.groupby('revision')['scan_seconds'].first().mean():.2f} s per "

@@ -15,7 +15,9 @@ Two ways to build one:
 - **From saved checkpoints**: :func:`find_checkpoints` resolves a folder of checkpoints (subfolders with a
   ``config.json``) or Hugging Face revisions of a hub id (from the local cache only: nothing is downloaded) and
   checks them all (a folder with no model, a revision that does not exist, mixed architectures) before anything is
-  scanned; :func:`checkpoint_trajectory` scans each in turn (``interp trajectory``).
+  scanned; :func:`checkpoint_trajectory` scans each in turn (``interp trajectory``); a folder's ``train_log.csv``
+  (:func:`training_log`; ``python -m interp.lab.checkpoints`` trains a lab model and writes one beside its
+  checkpoints) gives the training loss at every step (:func:`add_train_loss`).
 
 The in-context-learning score (:func:`icl_score`; Olsson et al. 2022, "In-context Learning and Induction Heads",
 Sec. 2): the mean loss at a late token minus the mean loss at an early token of the same sequences (they use the
@@ -44,7 +46,8 @@ from interp.errors import ConfigError, InterpError
 from interp.models import LoadedModel
 
 __all__ = ["TrajectoryError", "every_schedule", "log_schedule", "scan_rows", "ScanCallback", "icl_score", "Checkpoint",
-           "find_checkpoints", "checkpoint_trajectory", "final_roles", "first_crossing", "seed_summary", "ARCH_KEYS"]
+           "find_checkpoints", "checkpoint_trajectory", "TRAIN_LOG", "training_log", "add_train_loss", "final_roles",
+           "first_crossing", "seed_summary", "ARCH_KEYS"]
 
 # config.json entries that must agree between checkpoints of one trajectory (HF names; lab models alias them)
 ARCH_KEYS = ("model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size",
@@ -321,6 +324,37 @@ def checkpoint_trajectory(checkpoints: Sequence[Checkpoint], probes: torch.Tenso
         frames.append(scan_rows(model, ids, config, step=ck.step, revision=ck.label, engine=engine))
         del model
     return pd.concat(frames, ignore_index=True)
+
+
+TRAIN_LOG = "train_log.csv"  # a run folder's training log: columns step, loss (python -m interp.lab.checkpoints writes it)
+
+
+def training_log(source: str | Path) -> pd.DataFrame | None:
+    """The training log of a folder of checkpoints: ``source/train_log.csv`` as ``[step, loss]`` (the training loss of
+    each optimiser step, nats per token), sorted by step; None when ``source`` is not a folder or has no log.
+
+    Raises:
+        TrajectoryError: a log that cannot be read, or lacks the ``step`` or ``loss`` column.
+    """
+    path = Path(str(source)).expanduser() / TRAIN_LOG
+    if not path.is_file():
+        return None
+    try:
+        log = pd.read_csv(path)
+    except (OSError, ValueError) as err:
+        raise TrajectoryError(f"{path} cannot be read ({err}); a training log is a CSV with columns step, loss") from None
+    if not {"step", "loss"} <= set(log.columns):
+        raise TrajectoryError(f"{path} has columns {', '.join(map(str, log.columns))}; a training log needs step and loss")
+    return log[["step", "loss"]].sort_values("step", ignore_index=True)
+
+
+def add_train_loss(traj: pd.DataFrame, log: pd.DataFrame) -> pd.DataFrame:
+    """``traj`` with a ``train_loss`` column after ``revision`` (as :class:`ScanCallback` writes it): the logged loss at
+    each row's step (NaN for step 0, before any update, and for steps the log lacks)."""
+    out = traj.drop(columns=["train_loss"], errors="ignore")
+    loss = log.drop_duplicates("step", keep="last").set_index("step")["loss"]
+    out.insert(out.columns.get_loc("revision") + 1, "train_loss", out["step"].map(loss).astype(float))
+    return out
 
 
 def final_roles(traj: pd.DataFrame, kappa: float = 0.1, role_threshold: float = 0.3) -> dict[tuple[int, int], str]:

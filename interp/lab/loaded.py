@@ -12,6 +12,7 @@ import torch
 from interp.lab.model import LabForCausalLM, register
 from interp.lab.vocab import Vocab
 from interp.models import LoadedModel, make_card
+from interp.models.scope import quiet
 
 
 def lab_loaded(model: LabForCausalLM, vocab: Vocab, name: str = "lab", *, source: str = "") -> LoadedModel:
@@ -34,9 +35,11 @@ def lab_loaded(model: LabForCausalLM, vocab: Vocab, name: str = "lab", *, source
 
 
 def save_lab(model: LabForCausalLM, vocab: Vocab, directory: str | Path) -> Path:
-    """Save weights, config, tokenizer and vocabulary to ``directory`` (``interp.load_model("local:DIR")`` reads it)."""
+    """Save weights, config, tokenizer and vocabulary to ``directory`` (``interp.load_model("local:DIR")`` reads it),
+    quietly (no transformers progress bar)."""
     d = Path(directory)
-    model.save_pretrained(d)
+    with quiet():
+        model.save_pretrained(d)
     vocab.save(d)
     return d
 

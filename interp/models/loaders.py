@@ -15,7 +15,7 @@ from interp.errors import (CorruptModelFileError, ModelLoadError, UnsupportedMod
 from interp.models.tiny import tiny_model
 from interp.models.card import make_card
 from interp.models.loaded import LoadedModel
-from interp.models.scope import _first_line, _quiet, hub_offline, resolve_device, resolve_dtype
+from interp.models.scope import _first_line, hub_offline, quiet, resolve_device, resolve_dtype
 from interp.models.zoo import DEFAULT_MODEL, ZOO, GGUFSource, _entry, cache_dir, gguf_path
 
 # --------------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def load_model(name: str = DEFAULT_MODEL, *, device: str | torch.device | None =
         DeviceError: an unknown or unavailable device, an unsupported dtype, or accelerate missing for ``device_map``.
     """
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    with _quiet():
+    with quiet():
         if name.startswith("local:"):
             model = _load_folder(name[len("local:"):], dt, local=True)
         elif name.startswith("tiny-"):

@@ -72,8 +72,8 @@ def hub_offline():
 
 
 @contextlib.contextmanager
-def _quiet():
-    """No transformers progress bars or info logs while loading (restored on exit)."""
+def quiet():
+    """No transformers progress bars or info logs inside the block (loading, saving; both restored on exit)."""
     from transformers.utils import logging as hf_logging
 
     bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
