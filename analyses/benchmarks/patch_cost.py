@@ -9,7 +9,9 @@ after the other:
 - ``patch``: ``interp.experiments.patching.patch_heads`` on every head, denoising: one corrupt and one clean pass
   caching ``resid_pre`` / ``head_out``, then for the heads of layer l only layers l..L-1, heads x pairs as batch rows;
 - ``naive``: ``naive_patch_heads``, one full forward per head and pair. With ``--naive-heads K`` only K heads spread
-  over the layers run and the time is scaled to every head (``extrapolated`` says so); the default runs every head;
+  over the layers run and the time is scaled to every head by the forwards run (``P (K + 2)`` measured, ``P (L H + 2)``
+  for every head: the source and base forwards of each pair included; ``extrapolated`` says so); the default runs
+  every head;
 - ``attribution``: ``attribution_patch_heads`` (Nanda 2023; Syed et al. 2023: one clean forward, one corrupt forward
   and backward for every head), and ``spearman``: its rank correlation with the exact ``ld`` over every head.
 
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     t_attr, attr = timed(lambda: attribution_patch_heads(model, pairs, cfg), args.device)
     t_naive, slow = timed(lambda: naive_patch_heads(model, pairs, PatchConfig(heads=naive_heads, bootstrap=0)), args.device)
     runs_all, runs_naive = L * H * len(pairs), (len(naive_heads) if naive_heads else L * H) * len(pairs)
-    scale = runs_all / runs_naive
+    # the naive loop runs 2 unpatched forwards per pair beside one per head and pair: scale by forwards, not heads
+    scale = (runs_all + 2 * len(pairs)) / (runs_naive + 2 * len(pairs))
     rows_of = {k: i for i, k in enumerate(zip(fast.table["layer"], fast.table["head"]))}
     shared = [rows_of[k] for k in zip(slow.table["layer"], slow.table["head"])]
     diff = float(np.abs(fast.per_pair[shared] - slow.per_pair).max())

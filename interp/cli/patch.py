@@ -62,9 +62,9 @@ def patch(
                                "head and pair: the reference) | attribution (first-order estimate from one backward)"),
     paths: Optional[str] = typer.Option(None, help="sender heads LAYER:HEAD,...: path patching to every later head (or "
                                         "--heads) through its query, key and value; writes paths.csv"),
-    metric: str = typer.Option("logit_diff", help="logit_diff (logit[answer] - logit[wrong] at the last position) | nll "
+    metric: str = typer.Option("logit_diff", help="logit_diff (logit of answer minus logit of wrong at the last position) | nll "
                                "(NLL of the answer, or of the clean prompt's last token where a pair has no answer)"),
-    bootstrap: int = typer.Option(1000, help="pair resamples for the 95%% interval of recovered"),
+    bootstrap: int = typer.Option(1000, help="pair resamples for the 95% interval of recovered"),
     atlas: Optional[Path] = typer.Option(None, help="an atlas.csv (interp atlas) whose roles the page shows on hover"),
     effects: Optional[Path] = typer.Option(None, help="an effects.csv (interp effects) whose dnll the page shows on hover"),
     max_batch_gb: float = typer.Option(1.0, help="bound on one forward's activations, which sets the rows per forward"),
@@ -75,13 +75,13 @@ def patch(
 ) -> None:
     """Activation patching: which heads carry a behaviour. Per head, the corrupt prompt runs with the head's output
     taken from the clean run (denoise; noise: the reverse); recovered = (mean LD patched - mean LD corrupt) / (mean LD
-    clean - mean LD corrupt), LD = logit[answer] - logit[wrong] at the last position, with a 95% bootstrap interval
+    clean - mean LD corrupt), LD = logit of the answer minus logit of the wrong token at the last position, with a 95% bootstrap interval
     over pairs (Wang et al. 2022; Heimersheim and Nanda 2024). --method attribution: Nanda 2023's first-order
     estimate; --paths: path patching (Wang et al. 2022, App. B).
 
-    Writes patch.csv (layer, head, [pos,] direction, ld, recovered, recovered_lo, recovered_hi), patch.json (clean and
-    corrupt mean LD and accuracy, settings, timing), patch.html (a layer x head grid) and, with --paths, paths.csv
-    (sender_layer, sender_head, receiver_layer, receiver_head, via, recovered).
+    Writes patch.csv (layer, head, pos with --positions each, direction, ld, recovered, recovered_lo, recovered_hi),
+    patch.json (clean and corrupt mean LD and accuracy, settings, timing), patch.html (a layer x head grid) and, with
+    --paths, paths.csv (sender_layer, sender_head, receiver_layer, receiver_head, via, recovered).
 
     Bad pairs files (bad JSON, missing keys, clean / corrupt of different token lengths, an answer empty after
     tokenisation, an empty file) are refused with one line naming the line, before the model loads: the tokenizer is

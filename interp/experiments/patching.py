@@ -41,13 +41,18 @@ recompute from the patched residual stream, so the sender reaches a receiver dir
 between (as in Wang et al.). (2) Run the base prompt with only that receiver input replaced (keys and values for
 query head ``r`` alone, ``per_query_head=True``: GQA siblings keep theirs) and everything downstream free; measure
 the metric; ``recovered`` as above. Receivers: every head in a later layer than the sender, or the given heads
-(those after the sender). Step (1) starts at the sender's layer, step (2) at the receiver's.
+(those after the sender). Step (1) starts at the sender's layer, step (2) at the receiver's: per sender and batch of
+pairs one forward, then one row per receiver, input and pair.
+
+**Whole sites** (``patch_sites``): a site such as ``resid_pre[l]`` or ``attn_out[l]`` patched at every position
+(TransformerLens' ``get_act_patch_resid_pre``); handing over ``resid_pre[l]`` recovers exactly 1 (a test).
 
 Sits above the intervention layer (``interp.hooks.edit``): it never registers hooks itself.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -110,11 +115,8 @@ class PatchConfig:
                                      ("--metric", self.metric, METRICS)):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} {value!r}; use one of {', '.join(allowed)}")
-        if self.heads is not None:
-            if not self.heads:
-                raise ConfigError("--heads is empty; give 'all' or LAYER:HEAD pairs, e.g. 3:1,17:0")
-            if n_layers is not None and n_heads is not None:
-                check_heads(self.heads, n_layers, n_heads)
+        if self.heads is not None:  # without a grid: only that there are heads
+            check_heads(self.heads, n_layers or sys.maxsize, n_heads or sys.maxsize)
         if self.bootstrap < 0:
             raise ConfigError(f"--bootstrap must be >= 0 resamples, got {self.bootstrap}")
         if self.batch_rows is not None and self.batch_rows < 1:
@@ -323,17 +325,24 @@ def _rows(cfg: PatchConfig, heads: Sequence[tuple[int, int]], n_tokens: int) -> 
 # --------------------------------------------------------------------------------------------
 
 
+def _groups(chunk: Sequence[tuple]) -> dict[tuple, tuple[list[int], list[int]]]:
+    """Rows ``(a, b, pair)`` of one forward grouped by ``(a, b)`` (one edit each): ``{(a, b): (rows, pairs)}``."""
+    out: dict[tuple, tuple[list[int], list[int]]] = {}
+    for i, (a, b, p) in enumerate(chunk):
+        rows, ps = out.setdefault((a, b), ([], []))
+        rows.append(i)
+        ps.append(p)
+    return out
+
+
 def _patch_edits(layer: int, chunk: Sequence[tuple[int, int | None, int]], src_z: torch.Tensor) -> list[Edit]:
     """``replace`` edits of ``head_out[layer]`` for a chunk of rows ``(head, pos or None, pair)``: row ``i`` gets its
     pair's source value of its head (at its position, or every position); one edit per (head, position) with ``rows=``.
 
     ``src_z``: ``[layer, pair, pos, head, d_head]`` of the bucket."""
-    groups: dict[tuple[int, int | None], list[tuple[int, int]]] = {}
-    for i, (h, pos, p) in enumerate(chunk):
-        groups.setdefault((h, pos), []).append((i, p))
     out = []
-    for (h, pos), items in groups.items():
-        rows, ps = [i for i, _ in items], torch.tensor([p for _, p in items], device=src_z.device)
+    for (h, pos), (rows, ps) in _groups(chunk).items():
+        ps = torch.tensor(ps, device=src_z.device)
         if pos is None:
             out.append(replace(("head_out", layer), src_z[layer, ps][:, :, [h]], rows=rows, heads=[h]))
         else:
@@ -598,12 +607,8 @@ def _receiver_edits(layer: int, chunk: Sequence[tuple[int, str, int]], inputs: d
                     n_heads: int, n_kv: int) -> list[Edit]:
     """Step 2's edits for rows ``(receiver head, via, pair row of inputs)``: that receiver's query, or its key / value
     as it alone reads them (``per_query_head``); one edit per (head, via) with ``rows=``."""
-    groups: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    for i, (h, via, p) in enumerate(chunk):
-        groups.setdefault((h, via), []).append((i, p))
     out = []
-    for (h, via), items in groups.items():
-        rows, ps = [i for i, _ in items], [p for _, p in items]
+    for (h, via), (rows, ps) in _groups(chunk).items():
         x = inputs[f"{_VIA_SITE[via]}[{layer}]"]
         col = h if via == "q" else h // (n_heads // n_kv)
         val = x[torch.tensor(ps, device=x.device)][:, :, [col]]  # [rows, pos, 1, d_head]

@@ -219,7 +219,7 @@ def test_settings_and_pairs_are_checked(tiny_llama):
     pairs = _pairs(tiny_llama, n=2)
     for cfg, match in ((PatchConfig(direction="up"), "unknown --direction 'up'"), (PatchConfig(positions="some"), "--positions"),
                        (PatchConfig(metric="kl"), "unknown --metric 'kl'"), (PatchConfig(heads=((2, 0),)), "outside the model's grid"),
-                       (PatchConfig(bootstrap=-1), "--bootstrap"), (PatchConfig(heads=()), "--heads is empty")):
+                       (PatchConfig(bootstrap=-1), "--bootstrap"), (PatchConfig(heads=()), "no heads given")):
         with pytest.raises(ConfigError, match=match):
             patch_heads(tiny_llama, pairs, cfg)
     with pytest.raises(ConfigError, match="needs answer and wrong tokens"):
