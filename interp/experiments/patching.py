@@ -65,7 +65,7 @@ from jaxtyping import Float
 from interp.errors import ConfigError
 from interp.experiments.attribution import _frozen
 from interp.experiments.effects import _progress
-from interp.experiments.patch_tasks import Pair, check_one_template
+from interp.experiments.patch_tasks import METRICS, Pair, check_one_template
 from interp.experiments.stats import recovered, recovered_interval
 from interp.hooks.edit import Edit, cache, edit, record, replace, start_at
 from interp.hooks.heads import check_heads
@@ -73,7 +73,6 @@ from interp.hooks.sites import parse_site
 
 DIRECTIONS = ("denoise", "noise")
 POSITIONS = ("all", "each")
-METRICS = ("logit_diff", "nll")
 VIAS = ("q", "k", "v")
 COLUMNS = ("layer", "head", "direction", "ld", "recovered", "recovered_lo", "recovered_hi")
 POS_COLUMNS = ("layer", "head", "pos", "direction", "ld", "recovered", "recovered_lo", "recovered_hi")
@@ -386,7 +385,10 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
             s0 = time.perf_counter()
             base = run_cached(model, base_tok, t, pidx, B, resid=True)
             src = run_cached(model, src_tok, t, pidx, B, z=True)
-            t_pass += time.perf_counter() - s0
+            dt = time.perf_counter() - s0
+            t_pass += dt
+            if log:
+                log(f"unpatched passes of {len(pidx)} pairs x {N} tokens: {dt:.1f} s")
             _store_unpatched(cfg, pidx, base, src, clean, corrupt)
             pt = torch.tensor(pidx)
             for l in sorted(by_layer):
@@ -402,8 +404,6 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
                     for i, (h, pos, p) in enumerate(chunk):
                         per_pair[index[(l, h) if pos is None else (l, h, pos)], pidx[p]] = vals[i]
                     bar.update(len(chunk))
-            if log:
-                log(f"unpatched passes: {len(pidx)} pairs x {N} tokens, {t_pass:.1f} s")
     finally:
         bar.close()
     secs = time.perf_counter() - t0
