@@ -43,6 +43,7 @@ SCRIPTS = {
     "effects_roles": HERE / "effects/effects_roles.py",
     "streaming_criterion": HERE / "effects/streaming_criterion.py",
     "retrieval_masking": HERE / "effects/retrieval_masking.py",
+    "patching_zoo": HERE / "effects/patching_zoo.py",  # issue 44: after head_atlas and effects_roles, whose tables it joins
     "induction_ablation": HERE / "effects/induction_ablation.py",
     "rope_band_heads": HERE / "effects/rope_band_heads.py",
     # the lab (issue 9): small models trained on CPU
@@ -73,7 +74,8 @@ BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_
               "page_load": HERE / "benchmarks" / "page_load.py",
               "gpu_scan": HERE / "benchmarks" / "gpu_scan.py",  # full mode needs a CUDA GPU (skips, saying so, without one)
               "sink_estimate": HERE / "benchmarks" / "sink_estimate.py",
-              "effects_cost": HERE / "benchmarks" / "effects_cost.py"}
+              "effects_cost": HERE / "benchmarks" / "effects_cost.py",
+              "patch_cost": HERE / "benchmarks" / "patch_cost.py"}
 
 
 def scripts(benchmarks: bool = False) -> dict[str, Path]:
