@@ -32,7 +32,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -75,7 +74,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     from interp.errors import InterpError
     from interp.experiments.patch_tasks import task_pairs
-    from interp.experiments.patching import PatchConfig, attribution_patch_heads, patch_heads, path_patch
+    from interp.experiments.path_patching import path_patch
+    from interp.experiments.patching import PatchConfig, attribution_patch_heads, patch_heads
 
     if args.quick:
         args.pairs, args.path_pairs = 4, 2

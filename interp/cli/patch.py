@@ -118,7 +118,8 @@ def patch(
 
     import pandas as pd
 
-    from interp.experiments.patching import attribution_patch_heads, naive_patch_heads, patch_heads, path_patch
+    from interp.experiments.path_patching import path_patch
+    from interp.experiments.patching import attribution_patch_heads, naive_patch_heads, patch_heads
     from interp.models import load_model
     from interp.report.patch_page import write_patch
 

@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 
-from interp.errors import ConfigError, UnsupportedModelError
+from interp.errors import ConfigError
 from interp.experiments.stats import bootstrap_interval
 from interp.hooks.edit import edit, record, start_at
 from interp.hooks.heads import HeadOutputSums, check_heads, head_intervention

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 import interp.models as models
 import interp.models.loaders as loaders
 from interp.cli import app
-from interp.experiments.patching import COLUMNS, PATH_COLUMNS, POS_COLUMNS
+from interp.experiments.path_patching import PATH_COLUMNS
+from interp.experiments.patching import COLUMNS, POS_COLUMNS
 
 runner = CliRunner()
 GOOD = [{"clean": "abcdef", "corrupt": "abqdef", "answer": "x", "wrong": "y"},

@@ -13,8 +13,9 @@ import torch
 
 from interp.errors import ConfigError
 from interp.experiments.patch_tasks import Pair, induction_pairs
-from interp.experiments.patching import (COLUMNS, PATH_COLUMNS, POS_COLUMNS, PatchConfig, attribution_patch_heads,
-                                         naive_patch_heads, patch_heads, patch_sites, path_patch)
+from interp.experiments.path_patching import PATH_COLUMNS, path_patch
+from interp.experiments.patching import (COLUMNS, POS_COLUMNS, PatchConfig, attribution_patch_heads, naive_patch_heads,
+                                         patch_heads, patch_sites)
 from interp.hooks.edit import cache, edit, replace
 from interp.models import load_model
 from interp.models.arch import attention_modules
