@@ -37,6 +37,13 @@ MEASURE = typer.Option([], "--measure", help="switch on an optional measure (rep
 PROMPTS = typer.Option(8, help="number of prompts")
 TOKENS = typer.Option(1024, help="tokens per prompt")
 SEED = typer.Option(0, help="prompt selection seed")
+# options shared by the head-table commands (effects, patch)
+ATLAS = typer.Option(None, help="an atlas.csv (interp atlas) whose roles the page shows on hover")
+
+
+def top_option(what: str):
+    """The ``--top`` option of a command that prints its ``what`` table's first rows (10 by default)."""
+    return typer.Option(10, help=f"rows of the {what} table to print")
 
 
 def fail(err: Exception) -> None:

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import (DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_paths, console, fail, parse_heads, plural,
-                               show_table)
+from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_paths, console, fail, parse_heads,
+                               plural, show_table, top_option)
 from interp.errors import InterpError
 
 
@@ -32,12 +32,12 @@ def effects(
     method: str = typer.Option("exact", help="exact (cached residual stream, heads batched) | naive (one full forward per "
                                "head, intervention and prompt: the reference) | attribution (linearised zero / mean effects "
                                "from one forward and one backward per prompt; kl empty)"),
-    atlas: Optional[Path] = typer.Option(None, help="an atlas.csv (interp atlas) whose roles the page shows on hover"),
+    atlas: Optional[Path] = ATLAS,
     max_logits_gb: float = typer.Option(1.0, help="bound on one forward's logits (rows x tokens x vocab float32)"),
     out: Path = typer.Option(Path("out/effects"), help="output folder (created; effects.csv, effects.json, effects.html go in it)"),
     device: str = DEVICE,
     dtype: str = DTYPE,
-    top: int = typer.Option(10, help="rows of the largest-effect table to print"),
+    top: int = top_option("largest-effect"),
 ) -> None:
     """Causal head effects: next-token NLL change (with a 95% bootstrap interval over prompts) and KL when each head is
     zeroed, mean-ablated, restricted to DuoAttention's A-shape (streaming) or has RoPE planes unrotated; --method

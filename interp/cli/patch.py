@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import DEVICE, DTYPE, MODEL, SEED, app, check_paths, console, fail, parse_heads, plural, show_table
+from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, SEED, app, check_paths, console, fail, parse_heads, plural,
+                               show_table, top_option)
 from interp.errors import InterpError
 
 METHODS = ("exact", "naive", "attribution")
@@ -65,13 +66,13 @@ def patch(
     metric: str = typer.Option("logit_diff", help="logit_diff (logit of answer minus logit of wrong at the last position) | nll "
                                "(NLL of the answer, or of the clean prompt's last token where a pair has no answer)"),
     bootstrap: int = typer.Option(1000, help="pair resamples for the 95% interval of recovered"),
-    atlas: Optional[Path] = typer.Option(None, help="an atlas.csv (interp atlas) whose roles the page shows on hover"),
+    atlas: Optional[Path] = ATLAS,
     effects: Optional[Path] = typer.Option(None, help="an effects.csv (interp effects) whose dnll the page shows on hover"),
     max_batch_gb: float = typer.Option(1.0, help="bound on one forward's activations, which sets the rows per forward"),
     out: Path = typer.Option(Path("out/patch"), help="output folder (created; patch.csv, patch.json, patch.html, paths.csv)"),
     device: str = DEVICE,
     dtype: str = DTYPE,
-    top: int = typer.Option(10, help="rows of the largest-recovery table to print"),
+    top: int = top_option("largest-recovery"),
 ) -> None:
     """Activation patching: which heads carry a behaviour. Per head, the corrupt prompt runs with the head's output
     taken from the clean run (denoise; noise: the reverse); recovered = (mean LD patched - mean LD corrupt) / (mean LD
@@ -90,7 +91,8 @@ def patch(
     right after the load, before any forward.
     """
     t_start = time.perf_counter()
-    from interp.experiments.patch_tasks import load_tokenizer, read_pairs
+    from interp.experiments.patch_tasks import read_pairs
+    from interp.models.grid import load_tokenizer
     from interp.experiments.patching import PatchConfig
     from interp.models.grid import model_grid
 

@@ -30,7 +30,7 @@ answer and wrong with the same first token, an empty file.
   ``< YY``; corrupt ``YY = 01`` (their 01-dataset). Only for tokenizers with two-digit year tokens (GPT-2 style:
   ``"1732"`` -> ``"17", "32"``); others (SmolLM2, Qwen2, Gemma split digits) get one ``ConfigError``.
 
-``load_tokenizer(name)`` loads a model's tokenizer alone where that is cheap (tiny models, ``local:PATH``, a zoo model
+``interp.models.grid.load_tokenizer(name)`` loads a model's tokenizer alone where that is cheap (tiny models, ``local:PATH``, a zoo model
 whose converted copy is cached), so the command line checks a pairs file before the model loads.
 """
 
@@ -44,6 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from interp.errors import ConfigError
+from interp.models.grid import bos_id
 
 KEYS = ("clean", "corrupt", "answer", "wrong")
 TASKS = ("ioi", "induction", "greater-than")
@@ -146,16 +147,6 @@ def read_pairs(path: str | Path, metric: str = "logit_diff") -> list[dict]:
     return out
 
 
-def bos_id(tokenizer) -> int | None:
-    """The BOS id to start prompts with where the tokenizer itself adds one, else None (the rule of
-    ``LoadedModel.bos_token_id``, for a tokenizer alone)."""
-    b = getattr(tokenizer, "bos_token_id", None)
-    if b is None:
-        return None
-    ids = tokenizer("a")["input_ids"]
-    return int(b) if ids and ids[0] == b else None
-
-
 def prompt_ids(tokenizer, text: str) -> list[int]:
     """``text`` as prompt token ids: BOS first where the tokenizer adds one (``bos_id``), no other special token."""
     b = bos_id(tokenizer)
@@ -208,33 +199,6 @@ def check_one_template(pairs: Sequence[Pair]) -> int:
             raise ConfigError(f"--positions each needs pairs of one template (equal token lengths): line {p.line} has "
                               f"{len(p.clean)} tokens, line {pairs[0].line} has {n}")
     return n
-
-
-def load_tokenizer(name: str):
-    """A model's tokenizer without its weights, where that is cheap; else None (the check then runs after the load).
-
-    Tiny models: the byte tokenizer; ``local:PATH``: the folder's tokenizer; a zoo model: the tokenizer of its cached
-    converted copy (written at its first load; the GGUF file itself is not read here). Hub ids and zoo models never
-    loaded return None.
-    """
-    try:
-        if name.startswith("tiny-"):
-            from interp.models.tiny import byte_tokenizer
-
-            return byte_tokenizer()
-        from transformers import AutoTokenizer
-
-        if name.startswith("local:"):
-            return AutoTokenizer.from_pretrained(Path(name[len("local:"):]).expanduser(), local_files_only=True)
-        from interp.models.zoo import ZOO, cache_dir
-
-        src = ZOO[name].source if name in ZOO else None
-        folder = cache_dir() / "hf" / f"{name}-{src.sha256[:16]}" if src is not None else None
-        if folder is not None and (folder / "config.json").exists():
-            return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except Exception:  # noqa: BLE001 - any unreadable tokenizer: the pairs are checked after the model loads instead
-        return None
-    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -66,11 +66,9 @@ class LoadedModel:
     @functools.cached_property
     def bos_token_id(self) -> int | None:
         """BOS id to start prompts with, where the tokenizer itself adds one (Gemma-3); else None."""
-        tok = self.tokenizer
-        if tok.bos_token_id is None:
-            return None
-        ids = tok("a")["input_ids"]  # add_bos_token is not reliable: Gemma adds BOS in its post-processor
-        return int(tok.bos_token_id) if ids and ids[0] == tok.bos_token_id else None
+        from interp.models.grid import bos_id
+
+        return bos_id(self.tokenizer)
 
     def to(self, device: str | torch.device) -> "LoadedModel":
         """Move the HF model (and a booted bridge) to ``device``; returns self."""

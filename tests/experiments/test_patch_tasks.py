@@ -8,8 +8,9 @@ import pytest
 
 from interp.errors import ConfigError
 from interp.experiments.patch_tasks import (IOI_TEMPLATES, NAMES, Pair, check_one_template, greater_than_pairs,
-                                            induction_pairs, ioi_pairs, load_tokenizer, prompt_ids, read_pairs,
-                                            task_pairs, tokenize_pairs)
+                                            induction_pairs, ioi_pairs, prompt_ids, read_pairs, task_pairs,
+                                            tokenize_pairs)
+from interp.models.grid import load_tokenizer
 from interp.models.tiny import byte_tokenizer
 
 GOOD = {"clean": "abcd", "corrupt": "abce", "answer": "x", "wrong": "y"}
