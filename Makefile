@@ -7,7 +7,7 @@ OUT ?= out/$(MODEL)
 
 LOCK := requirements.lock
 
-.PHONY: report test venv clean lock figures docs
+.PHONY: report test venv clean lock figures docs pages
 
 # Versions come from the lock (constraints), ranges from pyproject.toml.
 $(BIN)/interp: pyproject.toml $(LOCK)
@@ -44,6 +44,10 @@ figures: venv   # every committed figure, from analyses/ (QUICK=1: quick mode in
 docs: venv   # the documentation site into site/ (offline, --strict: a broken link, reference or template fails)
 	$(BIN)/pip install -q -c $(LOCK) -e '.[docs]'   # mkdocs-material, mkdocstrings[python], mkdocs-jupyter
 	$(BIN)/mkdocs build --strict --site-dir site
+
+pages: venv   # README.md and docs/results/*.md rendered from docs/templates/ (claims' template first, from docs/claims.yml)
+	$(BIN)/python -m interp.docs.claims write
+	$(BIN)/python -m interp.docs.numbers render
 
 clean:
 	rm -rf $(VENV) out site

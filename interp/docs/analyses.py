@@ -7,8 +7,8 @@ Every script lives in a group folder named after what it reproduces (``analyses/
   ``analyses/_common.py``);
 - figures: the stems the script passes to ``save_figure`` (read from its source with :mod:`ast`; an f-string's
   fields match any text), matched against the files in ``figures/``;
-- pages: the results pages (``docs/results/*.md``) and the README template that name one of its tables or the
-  script itself.
+- pages: the results pages (``docs/results/*.md``) and the README whose templates (``docs/templates/``) name one of
+  its tables or the script itself.
 
 ``python -m interp.docs.analyses write`` regenerates the page, ``check`` prints what is stale (the tests run it).
 """
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interp.docs.command import check_or_write
+from interp.docs.numbers import rendered_pages
 
 PAGE = "docs/analyses.md"
 GROUPS = {  # folder -> what it reproduces (a folder missing here is listed last, under its own name)
@@ -88,8 +89,10 @@ def collect(root: Path) -> list[Script]:
     """Every script under ``root/analyses/<group>/`` with its tables, figures and pages (see the module docstring)."""
     prov = json.loads((root / "figures" / "provenance.json").read_text())
     figures = sorted(p.name for p in (root / "figures").iterdir() if p.suffix in (".png", ".html", ".svg"))
-    pages = {p.relative_to(root).as_posix(): p.read_text() for p in sorted((root / "docs" / "results").glob("*.md"))}
-    pages["README.md"] = (root / "docs" / "templates" / "README.md").read_text()
+    sources = rendered_pages(root)  # a page's template names its tables (num(...)), the rendered page may not
+    pages = {page: (root / sources.get(page, page)).read_text()
+             for page in (p.relative_to(root).as_posix() for p in sorted((root / "docs" / "results").glob("*.md")))}
+    pages["README.md"] = (root / sources["README.md"]).read_text()
     out = []
     for path in sorted((root / "analyses").glob("*/*.py"), key=lambda p: (_group_rank(p.parent.name), p.name)):
         rel = path.relative_to(root).as_posix()

@@ -4,20 +4,22 @@ One data file, ``docs/claims.yml``, lists each claim with its paper and place (`
 and its interval, the range the claim covers against the range measured, the difference from the paper's protocol,
 the results page that holds the evidence, and for an untested claim the measurement that would decide it
 (``to_run``). Numbers in these fields are ``{{ num(...) }}`` templates like on every results page, so the claims page
-is checked with the others (``interp.docs.numbers``). :func:`claims_page` turns the file into
-``docs/results/claims.md``; :func:`check` lists what is wrong with the file or a stale page.
+is checked with the others (``interp.docs.numbers``). :func:`claims_page` turns the file into the page's template
+``docs/templates/results/claims.md``, rendered (numbers filled in) to ``docs/results/claims.md`` like every results
+page; :func:`check` lists what is wrong with the file or a stale template.
 
-``python -m interp.docs.claims write`` regenerates the page, ``check`` prints the problems.
+``python -m interp.docs.claims write`` regenerates the template and renders the page, ``check`` prints the problems.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["VERDICTS", "CLAIMS_FILE", "CLAIMS_PAGE", "load", "load_open", "problems", "claims_page", "check", "write", "main"]
+__all__ = ["VERDICTS", "CLAIMS_FILE", "CLAIMS_TEMPLATE", "CLAIMS_PAGE", "load", "load_open", "problems", "claims_page", "check", "write", "main"]
 
 CLAIMS_FILE = "docs/claims.yml"
-CLAIMS_PAGE = "docs/results/claims.md"
+CLAIMS_TEMPLATE = "docs/templates/results/claims.md"  # generated from CLAIMS_FILE, numbers as templates
+CLAIMS_PAGE = "docs/results/claims.md"  # CLAIMS_TEMPLATE rendered (interp.docs.numbers)
 
 # the verdict vocabulary and the evidence each verdict requires
 VERDICTS = {
@@ -92,8 +94,8 @@ def _cell(text) -> str:
 
 
 def claims_page(claims: list[dict], open_runs: list[dict] | None = None) -> str:
-    """The markdown of ``docs/results/claims.md`` (templates kept: the docs build fills them in); ``open_runs``: the
-    measurements still to run, listed at the end."""
+    """The markdown of the claims page's template (``docs/templates/results/claims.md``: numbers as templates,
+    which ``interp.docs.numbers`` renders); ``open_runs``: the measurements still to run, listed at the end."""
     lines = [
         "# Claims of the five papers and their verdicts",
         "",
@@ -140,22 +142,26 @@ def claims_page(claims: list[dict], open_runs: list[dict] | None = None) -> str:
 
 
 def check(root: str | Path = ".") -> list[str]:
-    """:func:`problems` of ``docs/claims.yml``, and whether ``docs/results/claims.md`` is its page as generated now."""
+    """:func:`problems` of ``docs/claims.yml``, and whether the page's template is generated from it now (the
+    rendered page is checked by ``interp.docs.numbers.check``)."""
     root = Path(root)
     claims = load(root)
     out = problems(claims, root)
-    page = root / CLAIMS_PAGE
+    page = root / CLAIMS_TEMPLATE
     if not page.is_file() or page.read_text() != claims_page(claims, load_open(root)):
-        out.append(f"{CLAIMS_PAGE} is stale against {CLAIMS_FILE}: run python -m interp.docs.claims write")
+        out.append(f"{CLAIMS_TEMPLATE} is stale against {CLAIMS_FILE}: run python -m interp.docs.claims write")
     return out
 
 
-def write(root: str | Path = ".") -> Path:
-    """Regenerate ``docs/results/claims.md`` from ``docs/claims.yml``."""
+def write(root: str | Path = ".") -> str:
+    """Regenerate the claims page's template from ``docs/claims.yml`` and render ``docs/results/claims.md``; returns
+    the two paths, one a line."""
+    from interp.docs.numbers import render_file
+
     root = Path(root)
-    page = root / CLAIMS_PAGE
-    page.write_text(claims_page(load(root), load_open(root)))
-    return page
+    (root / CLAIMS_TEMPLATE).write_text(claims_page(load(root), load_open(root)))
+    (root / CLAIMS_PAGE).write_text(render_file(CLAIMS_TEMPLATE, root))
+    return f"{root / CLAIMS_TEMPLATE}\n{root / CLAIMS_PAGE}"
 
 
 def main(argv: list[str] | None = None) -> int:

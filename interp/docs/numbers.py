@@ -18,15 +18,23 @@
   * a **missing cell**: a template whose table, column or row is gone (:class:`DocsNumberError`);
   * a **stale page**: a template whose value differs from the value recorded in ``docs/numbers.lock.yml``
     when the page was last rendered and read (a changed table changes the sentence around it: reread it,
-    then ``python -m interp.docs.numbers lock``), and a rendered file (``README.md``) that differs from its
-    template source rendered now.
+    then ``python -m interp.docs.numbers lock``), and a rendered file that differs from its template source
+    rendered now (or is missing);
+  * a **template on a page that is read as written**: a ``docs/results/`` page holding ``{{ ... }}`` itself,
+    which the repository host would show unrendered (move it to ``docs/templates/results/``).
 
   Pages not yet fully templated carry ``hand_typed: N`` in ``docs/numbers.yml``: the count may only fall.
+- **rendered files** (issue 45): the repository host shows markdown as written, so the pages people read there
+  are committed rendered, from templates kept as sources (:func:`rendered_pages`): every
+  ``docs/templates/results/NAME.md`` renders to ``docs/results/NAME.md`` (a new page needs only its template:
+  ``render`` writes the page, and an entry in ``docs/numbers.yml`` only when it allows phrases), and
+  ``README.md`` renders from ``docs/templates/README.md`` (its entry's ``source``). The site renders the same
+  templates (``docs/hooks/numbers.py``).
 
 ``python -m interp.docs.numbers check`` prints the problems; ``lock`` records the current values; ``render``
-rewrites the rendered files (README.md from ``docs/templates/README.md``); ``find VALUE TABLE...`` lists the
-cells that print as VALUE (to write a template). Tables are CSV files read with pandas; ``root`` is the
-repository root (the folder holding ``figures/``).
+rewrites the rendered files (``make pages`` runs it after regenerating the claims template); ``find VALUE
+TABLE...`` lists the cells that print as VALUE (to write a template). Tables are CSV files read with pandas;
+``root`` is the repository root (the folder holding ``figures/``).
 
 Raises :class:`DocsNumberError` (one line naming the template or table and the fix) for a missing table or
 column, a selection that matches no row, or several rows where one value is asked for.
@@ -43,7 +51,7 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["DocsNumberError", "num", "rng", "evaluate", "render", "templates", "hand_typed", "rendered_values",
-           "cell", "find_cells", "check", "write_lock", "write_rendered", "main"]
+           "cell", "find_cells", "rendered_pages", "render_file", "check", "write_lock", "write_rendered", "main"]
 
 STATS = ("min", "max", "median", "mean", "sum", "count")
 _TEMPLATE = re.compile(r"\{\{\s*(.+?)\s*\}\}", re.S)
@@ -72,11 +80,11 @@ def _read(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
 
 
 def _select(frame: pd.DataFrame, table: str, where: dict) -> pd.DataFrame:
-    rows = frame
+    keep = pd.Series(True, index=frame.index)  # the filters' conjunction, applied once (one copy of the rows)
     for key, want in where.items():
         if key not in frame.columns:
             raise DocsNumberError(f"{table} has no column {key!r} to select on (columns: {', '.join(frame.columns)})")
-        col = rows[key]
+        col = frame[key]
         op = re.match(r"^(>=|<=|!=|>|<)\s*(-?[\d.]+(?:e-?\d+)?)$", want) if isinstance(want, str) else None
         if op:  # a comparison: lag=">=1"
             x, bound = pd.to_numeric(col, errors="coerce"), float(op.group(2))
@@ -87,7 +95,8 @@ def _select(frame: pd.DataFrame, table: str, where: dict) -> pd.DataFrame:
             mask = pd.to_numeric(col, errors="coerce") == want
         else:
             mask = col.astype(str) == str(want)
-        rows = rows[mask]
+        keep &= mask
+    rows = frame[keep]
     if rows.empty:
         raise DocsNumberError(f"no row of {table} matches {where}: check the selection against the table")
     return rows
@@ -183,17 +192,28 @@ def evaluate(expr: str, root: str | Path = ".") -> str:
     return _FUNCS[call.func.id](*args, root=root, **kwargs)
 
 
-def render(text: str, root: str | Path = ".") -> str:
+def render(text: str, root: str | Path = ".", values: dict[str, str] | None = None) -> str:
     """Replace every ``{{ num(...) }}`` / ``{{ rng(...) }}`` in ``text`` with its value from ``figures/``
-    (code spans and fenced blocks are left as written, so a page can show a template)."""
+    (code spans and fenced blocks are left as written, so a page can show a template); ``values``: expressions
+    already evaluated against the same tables (:func:`check` passes those it has), the others are evaluated."""
+    values = values or {}
+
+    def fill(m: re.Match) -> str:
+        return values[m.group(1)] if m.group(1) in values else evaluate(m.group(1), root)
+
     parts = _CODE.split(text)
-    return "".join(p if i % 2 else _TEMPLATE.sub(lambda m: evaluate(m.group(1), root), p) for i, p in enumerate(parts))
+    return "".join(p if i % 2 else _TEMPLATE.sub(fill, p) for i, p in enumerate(parts))
 
 
 # ---- where the numbers of a page are: templates, and hand-typed numbers outside them --------------------------------
 
 SPEC_FILE = "docs/numbers.yml"
 LOCK_FILE = "docs/numbers.lock.yml"
+RESULTS_DIR = "docs/results"
+# template folder -> the folder its pages are rendered into, each NAME.md to NAME.md
+TEMPLATE_DIRS = {"docs/templates/results": RESULTS_DIR}
+# the first line of every rendered file (an HTML comment: neither the repository host nor the site shows it)
+RENDERED_NOTE = "<!-- rendered from {src} by python -m interp.docs.numbers render (make pages): edit the template -->\n"
 
 _NUMBER = re.compile(r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)*(?:[eE]-?\d+)?(?:\s?%)?")
 # spans that hold no quoted result; each is blanked (newlines kept, so line numbers stay right)
@@ -319,7 +339,7 @@ def _yaml(path: Path) -> dict:
     if not path.is_file():
         raise DocsNumberError(f"{path} not found: run from the repository root")
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}  # C parser: faster
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -335,33 +355,65 @@ def _lock(root: Path) -> dict:
     return _yaml(path) if path.is_file() else {}
 
 
-def _source(page: str, entry: dict) -> str:
-    return entry.get("source") or page
+def rendered_pages(root: str | Path = ".") -> dict[str, str]:
+    """Every rendered file with the template it is rendered from (paths relative to ``root``): each ``NAME.md`` of a
+    template folder (``docs/templates/results/`` -> ``docs/results/``, :data:`TEMPLATE_DIRS`), found by listing the
+    folder, and each ``docs/numbers.yml`` entry with a ``source`` (``README.md``)."""
+    root = Path(root)
+    spec = _spec(root) if (root / SPEC_FILE).is_file() else {}
+    out = {page: entry["source"] for page, entry in spec.items() if (entry or {}).get("source")}
+    for src_dir, page_dir in TEMPLATE_DIRS.items():
+        out.update({f"{page_dir}/{p.name}": f"{src_dir}/{p.name}" for p in sorted((root / src_dir).glob("*.md"))})
+    return out
+
+
+def render_file(src: str, root: str | Path = ".", values: dict[str, str] | None = None) -> str:
+    """The rendered text of the template file ``src`` (relative to ``root``): :data:`RENDERED_NOTE`, then the
+    template with every number filled in (``values``: see :func:`render`)."""
+    return RENDERED_NOTE.format(src=src) + render((Path(root) / src).read_text(), root, values)
+
+
+def _pages(root: Path) -> dict[str, tuple[dict, str]]:
+    """Every page the check reads, ``page -> (its docs/numbers.yml entry or {}, the file its text comes from)``: the
+    listed pages, the rendered ones and every ``docs/results/*.md``."""
+    spec, sources = _spec(root), rendered_pages(root)
+    results = {p.relative_to(root).as_posix() for p in (root / RESULTS_DIR).glob("*.md")}
+    pages = list(spec) + sorted((set(sources) | results) - set(spec))
+    return {page: (spec.get(page) or {}, sources.get(page, page)) for page in pages}
+
+
+def _template_home(page: str) -> str:
+    """Where the template of ``page`` belongs (for the message that asks to move it there)."""
+    for src_dir, page_dir in TEMPLATE_DIRS.items():
+        if page.startswith(page_dir + "/"):
+            return src_dir + page[len(page_dir):]
+    return f"a file under docs/templates/ named by the page's 'source' in {SPEC_FILE}"
 
 
 def check(root: str | Path = ".") -> list[str]:
     """Every problem of the pages ``docs/numbers.yml`` lists, one line each, ``page:line: what and the fix``.
 
-    Checks that every ``docs/results/*.md`` page is listed; that every template resolves (a missing table,
+    Reads every listed page, every rendered page and every ``docs/results/*.md`` (a page without an entry is
+    checked as fully templated, with no allowed phrase). Checks that every template resolves (a missing table,
     column or row is named); that every template renders the value ``docs/numbers.lock.yml`` recorded (else the
-    page is stale against its tables); that a rendered file equals its source rendered now; that no number is
-    hand-typed beyond the page's ``hand_typed`` count (0 when absent; a count that fell must be lowered); and
-    that every allowed phrase is still on its page.
+    page is stale against its tables); that a rendered file exists and equals its source rendered now; that a page
+    read as written (no template source) holds no template; that no number is hand-typed beyond the page's
+    ``hand_typed`` count (0 when absent; a count that fell must be lowered); and that every allowed phrase is still
+    on its page.
     """
     root = Path(root)
-    spec, lock = _spec(root), _lock(root)
+    lock = _lock(root)
     problems = []
-    results = {p.relative_to(root).as_posix() for p in (root / "docs" / "results").glob("*.md")}
-    problems += [f"{p}: no entry in {SPEC_FILE} (every results page must have one)" for p in sorted(results - set(spec))]
-    for page, entry in spec.items():
-        entry = entry or {}
-        src = _source(page, entry)
+    for page, (entry, src) in _pages(root).items():
+        if not (root / src).is_file():
+            problems.append(f"{src}: not found ({SPEC_FILE} lists {page}): remove its entry or restore the page")
+            continue
         text = (root / src).read_text()
         locked = lock.get(src) or {}
-        values = {}
-        for line, expr in templates(text):
+        found, values = templates(text), {}
+        for line, expr in found:
             try:
-                value = values[expr] = evaluate(expr, root)
+                value = values[expr] = values[expr] if expr in values else evaluate(expr, root)
             except DocsNumberError as err:
                 problems.append(f"{src}:{line}: {err}")
                 continue
@@ -372,16 +424,21 @@ def check(root: str | Path = ".") -> list[str]:
                 problems.append(f"{src}:{line}: stale: {{{{ {expr} }}}} now renders {value}, the page was written for "
                                 f"{locked[expr]} ({LOCK_FILE}): the table changed; reread the sentence, then run "
                                 "python -m interp.docs.numbers lock")
-        gone = sorted(set(locked) - {e for _, e in templates(text)})
+        gone = sorted(set(locked) - {e for _, e in found})
         if gone:
             problems.append(f"{src}: {LOCK_FILE} records {len(gone)} templates the page no longer has: run "
                             "python -m interp.docs.numbers lock")
-        if src != page:
+        if src == page and found:
+            problems.append(f"{page}:{found[0][0]}: holds {{{{ ... }}}} templates, which the repository host shows as written: "
+                            f"move the page to {_template_home(page)} and run python -m interp.docs.numbers render")
+        elif src != page and not (root / page).is_file():
+            problems.append(f"{page}: missing (its template is {src}): run python -m interp.docs.numbers render")
+        elif src != page:
             try:
-                fresh = render(text, root)
+                fresh = render_file(src, root, values)
             except DocsNumberError:
                 fresh = None  # reported above, line by line
-            current = (root / page).read_text() if (root / page).is_file() else ""
+            current = (root / page).read_text()
             if fresh is not None and fresh != current:
                 diff = next((i + 1 for i, (a, b) in enumerate(zip(fresh.splitlines(), current.splitlines())) if a != b),
                             min(len(fresh.splitlines()), len(current.splitlines())) + 1)
@@ -407,13 +464,12 @@ def check(root: str | Path = ".") -> list[str]:
 
 
 def write_lock(root: str | Path = ".") -> Path:
-    """Record the value every template of the listed pages renders now in ``docs/numbers.lock.yml``."""
+    """Record the value every template of the checked pages renders now in ``docs/numbers.lock.yml``."""
     import yaml
 
     root = Path(root)
     out = {}
-    for page, entry in _spec(root).items():
-        src = _source(page, entry or {})
+    for _, src in _pages(root).values():
         values = rendered_values((root / src).read_text(), root)
         if values:
             out[src] = dict(sorted(values.items()))
@@ -425,13 +481,13 @@ def write_lock(root: str | Path = ".") -> Path:
 
 
 def write_rendered(root: str | Path = ".") -> list[Path]:
-    """Rewrite every rendered file (an entry with a ``source``, e.g. README.md) from its template source."""
+    """Rewrite every rendered file (:func:`rendered_pages`: ``docs/results/*.md``, ``README.md``) from its template."""
     root = Path(root)
     written = []
-    for page, entry in _spec(root).items():
-        if (entry or {}).get("source"):
-            (root / page).write_text(render((root / entry["source"]).read_text(), root))
-            written.append(root / page)
+    for page, src in rendered_pages(root).items():
+        (root / page).parent.mkdir(parents=True, exist_ok=True)
+        (root / page).write_text(render_file(src, root))
+        written.append(root / page)
     return written
 
 

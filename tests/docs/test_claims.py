@@ -45,3 +45,20 @@ def test_a_claim_without_its_evidence_fails(bad, message):
     others = [dict(good, id=f"p{p}", paper=p) for p in ("001", "002", "003", "004")]
     assert dc.problems([good] + others, ROOT) == []
     assert any(message in p for p in dc.problems([dict(good, **bad)] + others, ROOT))
+
+
+def test_write_generates_the_template_and_renders_the_page(tmp_path):
+    """`python -m interp.docs.claims write`: docs/claims.yml -> the template (numbers as templates) -> the page that
+    the repository host shows (numbers filled in), the same files as committed."""
+    import shutil
+
+    from interp.docs import numbers as dn
+
+    shutil.copytree(ROOT / "figures", tmp_path / "figures", ignore=shutil.ignore_patterns("*.png", "*.html", "*.svg"))
+    (tmp_path / "docs" / "templates" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "results").mkdir()
+    shutil.copy(ROOT / dc.CLAIMS_FILE, tmp_path / dc.CLAIMS_FILE)
+    assert dc.write(tmp_path).splitlines() == [str(tmp_path / dc.CLAIMS_TEMPLATE), str(tmp_path / dc.CLAIMS_PAGE)]
+    template, page = (tmp_path / dc.CLAIMS_TEMPLATE).read_text(), (tmp_path / dc.CLAIMS_PAGE).read_text()
+    assert template == (ROOT / dc.CLAIMS_TEMPLATE).read_text() and dn.templates(template)
+    assert page == (ROOT / dc.CLAIMS_PAGE).read_text() and not dn.templates(page)

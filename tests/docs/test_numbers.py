@@ -5,6 +5,9 @@
 value differs from what `docs/numbers.lock.yml` recorded (the page is stale against its tables) each fail, named by
 page and line. The mutation tests change one cell of a committed table (or type one number) in a temporary copy of
 the repository and check that the failure names the page and the line.
+
+The results pages are committed rendered (issue 45): `docs/templates/results/NAME.md` is the source and
+`docs/results/NAME.md` its rendering, which the check compares with the template rendered now.
 """
 
 import ast
@@ -26,10 +29,18 @@ def test_docs_numbers_check_passes():
     assert not problems, f"{len(problems)} problems (python -m interp.docs.numbers check):\n" + "\n".join(problems[:40])
 
 
-def test_every_results_page_is_listed():
-    spec = yaml.safe_load((ROOT / dn.SPEC_FILE).read_text())
-    pages = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "results").glob("*.md")}
-    assert pages <= set(spec), f"results pages without an entry in docs/numbers.yml: {sorted(pages - set(spec))}"
+def test_every_results_page_is_rendered_from_its_template():
+    """Every `docs/results/NAME.md` is `docs/templates/results/NAME.md` rendered, and shows numbers, not templates."""
+    pages = sorted(p.name for p in (ROOT / dn.RESULTS_DIR).glob("*.md"))
+    sources = sorted(p.name for p in (ROOT / "docs" / "templates" / "results").glob("*.md"))
+    assert pages == sources and "atlas.md" in pages
+    rendered = dn.rendered_pages(ROOT)
+    assert rendered["README.md"] == "docs/templates/README.md"
+    for name in pages:
+        page = f"{dn.RESULTS_DIR}/{name}"
+        assert rendered[page] == f"docs/templates/results/{name}"
+        text = (ROOT / page).read_text()
+        assert text.startswith(dn.RENDERED_NOTE.format(src=rendered[page])) and not dn.templates(text), page
 
 
 def _copy_repo(tmp_path: Path) -> Path:
@@ -38,8 +49,8 @@ def _copy_repo(tmp_path: Path) -> Path:
     (tmp_path / "figures").mkdir()
     for csv in (ROOT / "figures").glob("*.csv"):
         shutil.copy(csv, tmp_path / "figures" / csv.name)
-    files = {dn.SPEC_FILE, dn.LOCK_FILE} | set(spec) | {e["source"] for e in spec.values() if e and e.get("source")}
-    files |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "results").glob("*.md")}
+    files = {dn.SPEC_FILE, dn.LOCK_FILE} | set(spec) | set(dn.rendered_pages(ROOT).values())
+    files |= {p.relative_to(ROOT).as_posix() for p in (ROOT / dn.RESULTS_DIR).glob("*.md")}
     for rel in files:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
@@ -47,23 +58,23 @@ def _copy_repo(tmp_path: Path) -> Path:
 
 
 def _strict_page_template(root: Path):
-    """A fully templated page, one of its `num` templates without a stat, and the line it is on."""
+    """A fully templated results page, its template, one of its `num` templates without a stat and the line it is on."""
     spec = yaml.safe_load((root / dn.SPEC_FILE).read_text())
-    for page, entry in spec.items():
-        entry = entry or {}
-        if entry.get("hand_typed") or not page.startswith("docs/results/"):
+    for page, src in dn.rendered_pages(root).items():
+        if (spec.get(page) or {}).get("hand_typed") or not page.startswith(dn.RESULTS_DIR + "/"):
             continue
-        for line, expr in dn.templates((root / page).read_text()):
+        for line, expr in dn.templates((root / src).read_text()):
             call = ast.parse(expr, mode="eval").body
             if call.func.id == "num" and len(call.args) == 2 and "fmt=\".2f\"" in expr:  # one cell, no stat
-                return page, line, expr
+                return page, src, line, expr
     pytest.skip("no fully templated results page with a plain num template")
 
 
 def test_mutating_one_cell_fails_naming_page_and_line(tmp_path):
+    """A changed cell: the template's line is stale against the lock, and the committed page against the template."""
     root = _copy_repo(tmp_path)
     assert dn.check(root) == []
-    page, line, expr = _strict_page_template(root)
+    page, src, line, expr = _strict_page_template(root)
     call = ast.parse(expr, mode="eval").body
     table, column = call.args[0].value, call.args[1].value
     where = {k.arg: k.value.value for k in call.keywords if k.arg != "fmt"}
@@ -73,26 +84,81 @@ def test_mutating_one_cell_fails_naming_page_and_line(tmp_path):
     frame.loc[cell.index[0], column] = float(cell.iloc[0]) + 0.5  # one cell changed
     frame.to_csv(root / "figures" / table, index=False)
     problems = dn.check(root)
-    assert any(p.startswith(f"{page}:{line}: stale") for p in problems), problems
+    assert any(p.startswith(f"{src}:{line}: stale") for p in problems), problems
+    assert any(p.startswith(f"{page}:") and "stale: differs from" in p for p in problems), problems
+    dn.write_rendered(root)
+    dn.write_lock(root)
+    assert dn.check(root) == []
 
 
 def test_missing_cell_fails_naming_page_and_line(tmp_path):
     root = _copy_repo(tmp_path)
-    page, line, expr = _strict_page_template(root)
+    page, src, line, expr = _strict_page_template(root)
     table = re.match(r'num\("([^"]+)"', expr).group(1)
     column = re.match(r'num\("[^"]+", "([^"]+)"', expr).group(1)
     pd.read_csv(root / "figures" / table).drop(columns=[column]).to_csv(root / "figures" / table, index=False)
     problems = dn.check(root)
-    assert any(p.startswith(f"{page}:{line}: ") and f"no column {column!r}" in p for p in problems), problems
+    assert any(p.startswith(f"{src}:{line}: ") and f"no column {column!r}" in p for p in problems), problems
 
 
 def test_a_hand_typed_number_fails_naming_page_and_line(tmp_path):
     root = _copy_repo(tmp_path)
-    page, _, _ = _strict_page_template(root)
-    lines = (root / page).read_text().splitlines(keepends=True)
+    _, src, _, _ = _strict_page_template(root)
+    lines = (root / src).read_text().splitlines(keepends=True)
     lines.insert(3, "The median ratio is 0.78 here.\n")
-    (root / page).write_text("".join(lines))
-    assert f"{page}:4: hand-typed number 0.78" in " ".join(dn.check(root))
+    (root / src).write_text("".join(lines))
+    assert f"{src}:4: hand-typed number 0.78" in " ".join(dn.check(root))
+
+
+def test_a_new_template_is_rendered_and_checked_without_an_entry(tmp_path):
+    """A page added as `docs/templates/results/NAME.md` needs nothing else: the check asks for its rendering, `render`
+    writes `docs/results/NAME.md` with the numbers, and the template is checked like every page."""
+    root = _copy_repo(tmp_path)
+    src = root / "docs" / "templates" / "results" / "new_page.md"
+    src.write_text('# New\n\nMedian {{ num("startup.csv", "min_s", fmt=".2f", command="import interp") }} s.\n')
+    problems = dn.check(root)
+    assert "docs/results/new_page.md: missing (its template is docs/templates/results/new_page.md): run python -m " \
+           "interp.docs.numbers render" in problems
+    assert any(p.startswith("docs/templates/results/new_page.md:3: {{ num(") and "is not in" in p for p in problems)
+    written = dn.write_rendered(root)
+    assert root / "docs" / "results" / "new_page.md" in written
+    value = dn.num("startup.csv", "min_s", fmt=".2f", root=root, command="import interp")
+    page = (root / "docs" / "results" / "new_page.md").read_text()
+    assert page == dn.RENDERED_NOTE.format(src="docs/templates/results/new_page.md") + f"# New\n\nMedian {value} s.\n"
+    dn.write_lock(root)
+    assert dn.check(root) == []
+    src.write_text(src.read_text() + "About 12 heads.\n")
+    assert "docs/templates/results/new_page.md:4: hand-typed number 12" in " ".join(dn.check(root))
+
+
+def test_a_results_page_with_templates_and_no_source_fails(tmp_path):
+    """A template written straight into `docs/results/` would show as `{{ num(...) }}` on the repository host."""
+    root = _copy_repo(tmp_path)
+    (root / "docs" / "results" / "raw.md").write_text('# Raw\n\n{{ num("startup.csv", "min_s", command="import interp") }}\n')
+    assert any(p.startswith("docs/results/raw.md:3: holds {{ ... }} templates") and
+               "move the page to docs/templates/results/raw.md" in p for p in dn.check(root))
+
+
+def test_the_site_builds_a_rendered_page_from_its_template(tmp_path):
+    """The MkDocs hook reads `docs/templates/results/NAME.md`, not the committed rendering: the site shows the
+    tables as they are now."""
+    pytest.importorskip("mkdocs")
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("numbers_hook", ROOT / "docs" / "hooks" / "numbers.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    root = _copy_repo(tmp_path)
+    (root / "docs" / "results" / "atlas.md").write_text("# an old rendering\n")
+    config = {"config_file_path": str(root / "mkdocs.yml"), "docs_dir": str(root / "docs")}
+    page = SimpleNamespace(file=SimpleNamespace(src_path="results/atlas.md"))
+    out = hook.on_page_markdown("# an old rendering\n", page, config, None)
+    assert out == dn.render((root / "docs" / "templates" / "results" / "atlas.md").read_text(), root)
+    other = SimpleNamespace(file=SimpleNamespace(src_path="index.md"))
+    assert hook.on_page_markdown('x {{ num("startup.csv", "min_s", fmt=".2f", command="import interp") }}', other,
+                                 config, None) == "x " + dn.num("startup.csv", "min_s", fmt=".2f", root=root,
+                                                                command="import interp")
 
 
 def test_the_guard_that_accepted_any_matching_cell_is_gone():
