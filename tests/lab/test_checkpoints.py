@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from interp.cli import app as interp_app
@@ -15,14 +14,6 @@ from interp.lab.checkpoints import app, train_checkpoints
 runner = CliRunner()
 TINY = ["--steps", "6", "--save-every", "3", "--layers", "2", "--heads", "2", "--d-model", "16", "--length", "32",
         "--batch", "2"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_the_recipe_saves_checkpoints_and_a_log_that_fill_the_trajectory(tmp_path, capfd):
