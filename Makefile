@@ -1,4 +1,4 @@
-# The two commands of the README: `make report` and `make test`. Both create .venv when missing.
+# The two commands of the README: `make report` and `make test` (`make test-quick`: a fast subset). All create .venv when missing.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,24 @@ OUT ?= out/$(MODEL)
 
 LOCK := requirements.lock
 
-.PHONY: report test venv clean lock figures docs pages
+.PHONY: report test test-quick venv clean lock figures docs pages
+
+# make test-quick: the suite without its slow parts (README "Quick start" gives both times): the slow-marked tests (the
+# real model, notebooks, retraining), the Triton interpreter, the browser tests, the analyses scripts' quick modes,
+# the docs-number audit, the CLI path matrix, the end-to-end command, atlas, effects and Ray runs, the lab's task
+# trainings, and the largest size of the engine's exactness matrix (the smaller sizes stay).
+TEST_QUICK := -m "not slow" -k "not 64-128" --ignore-glob='tests/test_analyses_*.py' --ignore-glob='tests/*/test_*browser.py' \
+	--ignore=tests/engine/test_triton.py --ignore=tests/engine/test_executor.py --ignore=tests/test_provenance.py \
+	--ignore=tests/docs/test_numbers.py --ignore=tests/docs/test_analyses.py --ignore=tests/cli/test_paths.py \
+	--ignore=tests/cli/test_commands.py --ignore=tests/cli/test_atlas.py --ignore=tests/cli/test_retrieval.py \
+	--ignore=tests/experiments/test_effects.py --ignore=tests/experiments/test_effect_sets.py \
+	--ignore=tests/experiments/test_atlas.py --ignore=tests/lab/test_copy.py --ignore=tests/lab/test_dyck.py \
+	--ignore=tests/measures/test_readme_example.py \
+	--deselect=tests/models/test_models.py::test_hub_id_loads_through_the_users_hub_cache \
+	--deselect=tests/models/test_models.py::test_importing_and_loading_change_no_environment_variable \
+	--deselect=tests/measures/test_geometry.py::test_default_subsample_stays_near_the_full_computation \
+	--deselect=tests/lab/test_text_lm.py::test_quick_rope_id_lm --deselect=tests/lab/test_parity.py::test_quick_sparse_parity_script \
+	--deselect=tests/experiments/test_massive.py::test_analysis_quick_mode
 
 # Versions come from the lock (constraints), ranges from pyproject.toml.
 $(BIN)/interp: pyproject.toml $(LOCK)
@@ -36,6 +53,9 @@ report: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+test-quick: venv   # the fast subset (TEST_QUICK above); make test stays the full suite
+	$(BIN)/python -m pytest -q $(TEST_QUICK)
 
 figures: venv   # every committed figure, from analyses/ (QUICK=1: quick mode into a temp folder)
 	$(BIN)/pip install -q -c $(LOCK) -e '.[figures]'   # kaleido: PNG export (drives the system Chromium)
