@@ -40,7 +40,6 @@ computes attention itself: query, key and value edits are applied for it, the ot
 from __future__ import annotations
 
 import dataclasses
-import sys
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -49,10 +48,10 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from interp.errors import ConfigError, UnsupportedModelError
 from interp.hooks.sites import ATTENTION_SITES, HEAD_AXIS, KV_SITES, Site, SiteMap, parse_site, site_map
+from interp.models.taps import attention_function
 from interp.rope import rotate_tables, unrotate_tables
 
 OPS = ("replace", "add", "zero", "mean", "scale", "fn", "record")
@@ -438,13 +437,6 @@ AttentionInterface.register(ATTN_NAME, _edit_attention)
 AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
 
 
-def _delegate_for(attn: torch.nn.Module, impl: str) -> Callable:
-    """The attention function the model runs under ``impl`` (its modeling file's eager one, or a registered one)."""
-    if impl == "eager":
-        return getattr(sys.modules[type(attn).__module__], "eager_attention_forward")
-    return ALL_ATTENTION_FUNCTIONS[impl]
-
-
 # --------------------------------------------------------------------------------------------
 # module hooks
 # --------------------------------------------------------------------------------------------
@@ -589,7 +581,7 @@ def edit(model, *edits: Edit) -> Iterator[SiteMap]:
             if previous != ATTN_NAME:
                 saved = {id(m): _STATE.get(id(m)) for m in sm.attention}
                 for l, m in enumerate(sm.attention):
-                    _STATE[id(m)] = _LayerState(sm, l, [], _delegate_for(m, previous))
+                    _STATE[id(m)] = _LayerState(sm, l, [], attention_function(m, previous))
                 AttentionMaskInterface.register(ATTN_NAME, ALL_MASK_ATTENTION_FUNCTIONS[previous]
                                                 if previous in ALL_MASK_ATTENTION_FUNCTIONS else sdpa_mask)
                 hf.set_attn_implementation(ATTN_NAME)

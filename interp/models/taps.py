@@ -128,7 +128,7 @@ AttentionInterface.register(ATTN_NAME, _interface_attention)
 AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
 
 
-def _delegate(attn: torch.nn.Module, impl: str) -> Callable:
+def attention_function(attn: torch.nn.Module, impl: str) -> Callable:
     """The attention function the model would call under ``impl``: its modeling file's eager one, or a registered one."""
     if impl == "eager":
         return getattr(sys.modules[type(attn).__module__], "eager_attention_forward")
@@ -191,7 +191,7 @@ def attention_taps(model, handler: Handler, *, implementation: str | None = None
     editor = current if hasattr(current, "prepare_inputs") else None
     # unrotate_tables reads the rotary width from the tables, so the family's base pairing is all it needs
     gptj = fam.call == "gptj"  # its _attn is the eager path; the tap wraps it, no delegate needed
-    delegate = None if gptj or (editor is not None and implementation is None) else _delegate(mods[0], impl)
+    delegate = None if gptj or (editor is not None and implementation is None) else attention_function(mods[0], impl)
     tap = _Tap(handler, {id(m): i for i, m in enumerate(mods)}, fam.pairing, delegate, editor)
     handles = [m.register_forward_pre_hook(_table_hook(tap, i, gptj), with_kwargs=True) for i, m in enumerate(mods)]
     previous = hf.config._attn_implementation
