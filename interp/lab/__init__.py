@@ -8,7 +8,9 @@ A trained lab model is an interp model like any other (``lab_loaded``): capture,
 load through ``interp.load_model("local:DIR")`` by the package's ``interp.models`` entry point.
 
 Modules: ``vocab`` (symbols and tokenizer), ``model`` (``LabConfig``, ``LabForCausalLM``, position encodings),
-``train`` (``train_model``), ``loaded`` (``lab_loaded``, ``save_lab``, ``load_lab``); one module per task.
+``train`` (``train_model``), ``loaded`` (``lab_loaded``, ``save_lab``, ``load_lab``), ``checkpoints`` (``python -m
+interp.lab.checkpoints DIR``: train a small text model and save checkpoints with their training log, for
+``interp trajectory``); one module per task.
 """
 
 from interp.lab.model import PES, LabConfig, LabForCausalLM, alibi_slopes, register
