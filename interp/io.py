@@ -24,7 +24,8 @@ from typing import Callable
 
 from interp.errors import PathError
 
-__all__ = ["check_output_dir", "check_output_file", "check_input_file", "check_input_dir", "write_atomic", "write_text_atomic"]
+__all__ = ["check_output_dir", "check_output_file", "check_input_file", "check_input_dir", "write_atomic", "write_text_atomic",
+           "write_dir_atomic"]
 
 
 def _reachable(check: Callable) -> Callable:
@@ -166,3 +167,31 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
 def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     """``Path(path).write_text(text)``, atomically (``write_atomic``). Returns ``path``."""
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding=encoding))
+
+
+def write_dir_atomic(path: str | Path, fill: Callable[[Path], object]) -> Path:
+    """Write the folder ``path`` atomically: ``fill(tmp)`` fills a new temporary folder beside it, then a rename.
+
+    A process that dies inside ``fill`` leaves a ``.NAME.<id>.tmp`` folder and no ``path``, so a reader that sees
+    ``path`` sees every file ``fill`` wrote (``interp scan --resume`` relies on it: a unit without its folder is
+    redone). An existing ``path`` is replaced. Parent folders are created. Returns ``path``.
+
+    Raises:
+        OSError: the file system refuses a write or the rename (and whatever ``fill`` raises); the temporary folder is
+            removed first.
+    """
+    import shutil
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.mkdir()
+        fill(tmp)
+        if p.exists():
+            shutil.rmtree(p)
+        os.replace(tmp, p)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return p

@@ -3,6 +3,7 @@ outputs: ``interp effects --help``."""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -12,6 +13,7 @@ from rich.markup import escape
 
 from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_paths, console, fail, parse_heads,
                                plural, show_table, top_option)
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
 from interp.errors import InterpError
 
 
@@ -38,6 +40,8 @@ def effects(
     device: str = DEVICE,
     dtype: str = DTYPE,
     top: int = top_option("largest-effect"),
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
     """Causal head effects: next-token NLL change (with a 95% bootstrap interval over prompts) and KL when each head is
     zeroed, mean-ablated, restricted to DuoAttention's A-shape (streaming) or has RoPE planes unrotated; --method
@@ -45,6 +49,8 @@ def effects(
 
     Writes effects.csv (layer, head, intervention, dnll, dnll_lo, dnll_hi, kl; atomically: an interrupted run leaves
     no new file), effects.json (clean NLL, settings, timing) and effects.html (a layer x head grid per intervention).
+    With --method exact each finished layer goes into OUT/units as the run goes: --resume continues an interrupted
+    run, Ctrl-C / SIGTERM write the finished layers' rows marked partial and exit 130 / 143.
     """
     t_start = time.perf_counter()
     from interp.experiments.effects import EffectsConfig, parse_interventions
@@ -65,12 +71,22 @@ def effects(
     except InterpError as err:
         fail(err)
     check_paths(out, writes="effects.csv, effects.json, effects.html", files={"--atlas": atlas}, model=model)
+    settings = {"model": model, "corpus": corpus, "prompts": prompts, "tokens": tokens, "seed": seed,
+                "interventions": list(cfg.interventions), "heads": heads, "sink": sink, "window": window, "n_remove": n_remove,
+                "bootstrap": bootstrap, "method": method, "max_logits_gb": max_logits_gb, "device": device, "dtype": dtype}
+    run = RunDir(out, "effects", settings, resume)
+    try:
+        if resume and method != "exact":
+            raise InterpError(f"--resume needs --method exact (--method {method} keeps no per-layer units)")
+        run.check(force)
+    except InterpError as err:
+        fail(err)
 
     import pandas as pd
 
     from interp import corpus as corpus_mod
     from interp.experiments.attribution import attribution_effects
-    from interp.experiments.effects import head_effects, naive_effects
+    from interp.experiments.effects import LayerStore, head_effects, naive_effects
     from interp.models import load_model
     from interp.report.effects_page import write_effects
 
@@ -79,9 +95,16 @@ def effects(
             m = load_model(model, device=device, dtype=dtype)
         cfg.check(m.card.n_layers, m.card.n_heads, tokens)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
-        run = {"exact": head_effects, "naive": naive_effects, "attribution": attribution_effects}[method]
-        kw = {"log": lambda s: console.print(escape(s), soft_wrap=True)} if method == "exact" else {}
-        res = run(m, p, cfg, progress=True, **kw)
+        fn = {"exact": head_effects, "naive": naive_effects, "attribution": attribution_effects}[method]
+        n_layers = len({l for l, _ in cfg.heads}) if cfg.heads is not None else m.card.n_layers
+        run.begin(model_identity(m.card), n_layers if method == "exact" else 0)
+        kw = {"log": lambda s: console.print(escape(s), soft_wrap=True), "store": LayerStore(run.units_dir),
+              "stop_on": (Interrupted,)} if method == "exact" else {}
+        try:
+            with interruptible():
+                res = fn(m, p, cfg, progress=True, **kw)
+        except Interrupted as err:  # before the clean pass finished (or --method naive / attribution): nothing to write
+            stop(err, 0, n_layers, "layers", out)
     except InterpError as err:
         fail(err)
     res.meta.update(corpus=corpus, seed=seed)
@@ -92,3 +115,7 @@ def effects(
     console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, clean NLL {res.clean_nll:.4f} nats; "
                   f"{len(t)} head x intervention rows in {res.meta['seconds']:.1f} s ({method}), total "
                   f"{time.perf_counter() - t_start:.1f} s wall; wrote {out}/effects.csv and {out}/effects.html", soft_wrap=True)
+    if "partial" in res.meta:
+        done, total = (int(x) for x in res.meta["partial"].split()[::2][:2])
+        stop(Interrupted(signal.Signals[res.meta["stopped_by"].split()[-1]]), done, total, "layers", out)
+    run.finish()

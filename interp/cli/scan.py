@@ -15,6 +15,7 @@ from interp.cli.common import (
     WORKERS, app, check_engine, check_measures, check_paths, console, fail, long_summary, parse_shard, plural,
     top_sdh,
 )
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
 from interp.errors import InterpError
 
 
@@ -48,13 +49,31 @@ def scan(
     workers: int = WORKERS,
     address: Optional[str] = ADDRESS,
     top: int = typer.Option(15, help="rows of the SDH table to print"),
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
-    """Scan a model on a corpus; write heads.csv, long_slash.csv, report.html and raw state into OUT."""
+    """Scan a model on a corpus; write heads.csv, long_slash.csv, report.html and raw state into OUT.
+
+    Each finished prompt's state goes into OUT/units as the scan runs (local executor); --resume continues an
+    interrupted run, Ctrl-C / SIGTERM write partial tables from the finished prompts and exit 130 / 143.
+    """
     check_measures(measure)
     t_start = time.perf_counter()
     i, n = parse_shard(shard)
     check_paths(out, writes="heads.csv, report.html, state/" if n == 1 else "state/", model=model)
     check_engine(engine, device)
+    settings = {"model": model, "corpus": corpus, "prompts": prompts, "tokens": tokens, "seed": seed, "repeats": repeats,
+                "measure": sorted(measure), "ood": ood, "shard": f"{i}/{n}", "block_size": block_size,
+                "long_min_frac": long_min_frac, "inp": inp, "counterfactual": counterfactual, "full_profile": full_profile,
+                "counterfactual_queries": counterfactual_queries, "device": device, "dtype": dtype, "engine": engine}
+    run = RunDir(out, "scan", settings, resume)
+    try:
+        if resume and executor != "local":
+            raise InterpError("--resume needs --executor local (a Ray run keeps no per-prompt units yet)")
+        run.check(force)
+    except InterpError as err:
+        fail(err)
+    stopped: Interrupted | None = None
 
     from interp import corpus as corpus_mod
     from interp.engine.executor import ModelSpec, run_sharded
@@ -72,19 +91,34 @@ def scan(
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)[i::n]
         ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
         meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
+        result = None
+        run.begin(model_identity(m.card), len(p) * (2 if ood else 1) if executor == "local" else 0)
         if executor == "local":
-            result = engine_scan(m, p, cfg, progress=True, meta=meta, prompt_ids=ids, engine=engine)
+            result, stopped = scan_units(run, m, p, ids, cfg, meta, engine, "prompt")
         else:
             if n > 1:
                 raise InterpError("--shard and --executor ray both split the prompts; use one of them")
             result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers,
                                  address=address, meta={"corpus": corpus, "seed": seed})
         ood_result = None
-        if ood:
+        if ood and stopped is None:
             r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
-            ood_result = engine_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"}, prompt_ids=ids, engine=engine)
+            if executor == "local":
+                ood_result, stopped = scan_units(run, m, r, ids, cfg, {**meta, "corpus": "random"}, engine, "ood")
+            else:
+                ood_result = engine_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"}, prompt_ids=ids, engine=engine)
     except InterpError as err:
         fail(err)
+    done = 0 if result is None else result.meta["prompts"]
+    if stopped is not None:
+        partial = f"{done} of {len(p)} prompts" + (f"; random-token prompts {ood_result.meta['prompts'] if ood_result else 0} of {len(p)}"
+                                                  if ood else "")
+        for r_ in (result, ood_result):
+            if r_ is not None:
+                r_.meta["partial"] = partial
+        if result is None:
+            stop(stopped, 0, len(p), "prompts", out)
+        ood_result = ood_result if ood_result is not None and ood_result.meta["prompts"] == len(p) else None
     if n > 1:
         result.save(out / "state")
         if ood_result is not None:
@@ -92,6 +126,9 @@ def scan(
         console.print(f"shard {i}/{n}: {plural(len(p), 'prompt')} x {tokens} tokens, scan {result.meta['seconds']:.1f} s, "
                       f"total {time.perf_counter() - t_start:.1f} s wall; raw state in {out}/state. "
                       f"Combine with: interp merge DIR... --out OUT", soft_wrap=True)
+        if stopped is not None:
+            stop(stopped, done, len(p), "prompts", out)
+        run.finish()
         return
     heads = write_outputs(result, out, ood_result, tokenizer=m.tokenizer)
     top_sdh(heads, top)
@@ -99,3 +136,51 @@ def scan(
     console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, scan {result.meta['seconds']:.1f} s, "
                   f"total {time.perf_counter() - t_start:.1f} s wall (model load and report included); "
                   f"wrote {out}/heads.csv and {out}/report.html", soft_wrap=True)
+    if stopped is not None:
+        stop(stopped, done, len(p), "prompts", out)
+    run.finish()
+
+
+def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, kind: str):
+    """Scan ``prompts`` (``[pos]`` token tensors; ``ids``: their global indices) one prompt per unit, each unit's state
+    saved in ``run`` as ``KIND-IIIII/`` (``interp.engine.ScanResult.save``, atomically as a folder) and finished units
+    read back instead of scanned; SIGINT / SIGTERM stop after the last finished unit.
+
+    Returns:
+        ``(merged ScanResult of the finished units or None when none finished, Interrupted or None)``; the merge adds
+        the units' float64 sums in prompt order, so a resumed run equals an uninterrupted one exactly.
+
+    Raises:
+        InterpError: from the engine (a prompt too long...).
+    """
+    from tqdm.auto import tqdm
+
+    from interp.engine import ScanResult, merge_results, scan as engine_scan
+    from interp.io import write_dir_atomic
+
+    parts, stopped = [], None
+    bar = tqdm(total=len(ids), desc=f"scan {model.card.name}" + (f" ({meta['corpus']})" if "corpus" in meta else ""), unit="prompt")
+    try:
+        with interruptible():
+            for pid, t in zip(ids, prompts):
+                path = run.unit(f"{kind}-{pid:05d}")
+                try:
+                    res = ScanResult.load(path) if path.exists() else None
+                except (OSError, InterpError):
+                    res = None  # a damaged unit is redone
+                if res is None:  # scanned, saved, and read back: a fresh run merges what a resumed one reads
+                    write_dir_atomic(path, engine_scan(model, [t], cfg, meta=meta, prompt_ids=[pid], engine=engine).save)
+                    res = ScanResult.load(path)
+                parts.append(res)
+                bar.update(1)
+    except Interrupted as err:
+        stopped = err
+    finally:
+        bar.close()
+    if not parts:
+        return None, stopped
+    merged = merge_results(parts)
+    merged.meta.update(seconds=sum(r.meta.get("seconds", 0.0) for r in parts), shard=meta.get("shard", "0/1"))
+    merged.meta.pop("merged_from", None)
+    merged.meta.pop("shards", None)
+    return merged, stopped

@@ -310,8 +310,46 @@ def _progress(total: int, enabled: bool, desc: str):
     return tqdm(total=total, desc=desc, unit="run", disable=not enabled)
 
 
+class LayerStore:
+    """The finished layers of a ``head_effects`` run, one file per layer in ``folder``: ``layer-LLL.npz`` holding
+    ``dnll`` and ``kl``, each ``[row, prompt]`` float64 (the layer's rows of ``EffectsResult.per_prompt``, in table
+    order), written atomically (``interp.io.write_atomic``): a layer cut off mid-write has no file and is redone.
+    ``interp effects --resume`` passes one, so a resumed run reads the finished layers back and equals an
+    uninterrupted one exactly."""
+
+    def __init__(self, folder):
+        from pathlib import Path
+
+        self.folder = Path(folder)
+
+    def path(self, layer: int):
+        """``folder/layer-LLL.npz``."""
+        return self.folder / f"layer-{layer:03d}.npz"
+
+    def load(self, layer: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(dnll, kl)`` of ``layer``, each ``shape`` = ``(rows, prompts)``; None when the layer is not finished, its file
+        is unreadable or holds other shapes (then it is redone)."""
+        try:
+            with np.load(self.path(layer)) as z:
+                dn, kl = z["dnll"], z["kl"]
+        except (OSError, ValueError, KeyError):
+            return None
+        return (dn, kl) if dn.shape == kl.shape == tuple(shape) else None
+
+    def save(self, layer: int, dn: np.ndarray, kl: np.ndarray) -> None:
+        """Write ``layer``'s ``dnll`` and ``kl`` (``[row, prompt]`` float64) atomically."""
+        from interp.io import write_atomic
+
+        def fill(tmp):
+            with open(tmp, "wb") as f:
+                np.savez(f, dnll=dn, kl=kl)
+
+        write_atomic(self.path(layer), fill)
+
+
 def head_effects(model, prompts, config: EffectsConfig | None = None, *, progress: bool = False,
-                 means: torch.Tensor | None = None, log: Callable[[str], None] | None = None) -> EffectsResult:
+                 means: torch.Tensor | None = None, log: Callable[[str], None] | None = None,
+                 store: LayerStore | None = None, stop_on: tuple[type[BaseException], ...] = ()) -> EffectsResult:
     """Every chosen head's causal effect under every intervention, by the fast path (module docstring).
 
     Args:
@@ -321,6 +359,11 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
         progress: a tqdm bar over (head, intervention, prompt) runs, with ETA.
         means: ``[layer, head, d_head]`` reference outputs for ``mean`` (default: the prompts of the run).
         log: where to report the clean pass's time (e.g. ``print``).
+        store: keeps each finished layer (all its heads and interventions) and reads finished layers back instead of
+            running them (``LayerStore``; each layer's runs are independent of the others', so the numbers are equal).
+        stop_on: exception types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early after the clean pass:
+            the layer in flight is dropped and the result holds the finished layers' rows only, with
+            ``meta["partial"] = "K of N layers"``.
 
     Returns:
         ``EffectsResult`` (``table`` with ``COLUMNS``).
@@ -349,9 +392,19 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
     bar = _progress(len(order) * P, progress, f"effects {model.card.name}")
     dev = clean.resid.device
     cache: dict[int, tuple] = {}  # prompt -> clean_dist, for the prompts of the current chunk
+    done: list[int] = []
+    stopped: BaseException | None = None
     try:
         with torch.inference_mode():
             for l in sorted(by_layer):
+                rows = [index[(l, h, name)] for name in cfg.interventions for h in by_layer[l]]
+                got = store.load(l, (len(rows), P)) if store is not None else None
+                if got is not None:
+                    dn[rows], kl[rows] = got
+                    done.append(l)
+                    bar.update(len(rows) * P)
+                    continue
+                cache = {}  # each layer starts afresh, so its numbers do not depend on which layers ran before it
                 jobs = [(p, h) for p in range(P) for h in by_layer[l]]  # prompt-major: a chunk spans few prompts
                 for name in cfg.interventions:
                     kw = intervention_kwargs(name, cfg, ref_means)
@@ -371,11 +424,20 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
                             r = index[(l, h, name)]
                             dn[r, p], kl[r, p] = d1[i], k1[i]
                         bar.update(len(chunk))
+                if store is not None:
+                    store.save(l, dn[rows], kl[rows])
+                done.append(l)
+    except stop_on as err:
+        stopped = err
     finally:
         bar.close()
     secs = time.perf_counter() - t0
     meta = _meta(model, cfg, toks, "exact", secs, clean.nll, {"clean_pass": t_clean, "interventions": secs - t_clean,
                                                              "rows_per_forward": B})
+    if stopped is not None:
+        keep_rows = [r for r, (l, _, _) in enumerate(order) if l in set(done)]
+        order, dn, kl = [order[r] for r in keep_rows], dn[keep_rows], kl[keep_rows]
+        meta.update(partial=f"{len(done)} of {len(by_layer)} layers", stopped_by=str(stopped))
     return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, float(clean.nll.mean()), clean.nll, meta)
 
 

@@ -60,6 +60,8 @@ def render_effects(res: EffectsResult, atlas: pd.DataFrame | None = None) -> str
     cfg = m.get("config", {})
     top = t.reindex(t["dnll"].abs().sort_values(ascending=False).index).head(15)
     parts = [f"<h1>Head effects: {html.escape(str(m.get('model', '')))}</h1>",
+             *([f'<p class="note partial"><b>Partial run: {html.escape(str(m["partial"]))}</b> (interrupted; the table holds '
+                "the finished layers only; rerun the command with --resume to finish it)</p>"] if m.get("partial") else []),
              f'<p class="note">{m.get("prompts")} prompts x {m.get("tokens")} tokens ({html.escape(str(m.get("corpus", "")))}); '
              f"clean next-token NLL {res.clean_nll:.4f} nats over {m.get('predictions')} predictions. dnll = mean NLL with the "
              f"intervention minus without (nats per prediction), interval = 95% percentile bootstrap over prompts "

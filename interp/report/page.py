@@ -175,6 +175,9 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
     top = sdh.head(top_maps)
     maps = result.maps().float().cpu().numpy()
     parts = [f"<h1>Head-finding report: {html.escape(result.card.name)}</h1>",
+             *([f'<p class="note partial"><b>Partial run: {html.escape(str(result.meta["partial"]))}</b> (interrupted; every '
+                "table below covers the finished prompts only; rerun the command with --resume to finish it)</p>"]
+               if result.meta.get("partial") else []),
              '<p class="note">Measurements as defined in the interp README and docstrings (papers 004 and 001). Attention is recomputed exactly from '
              "post-RoPE queries and keys with the model's own scale and masks.</p>",
              *(['<p class="note">See also: ' + ", ".join(f'<a href="{html.escape(u)}">{html.escape(t)}</a>' for t, u in links.items())

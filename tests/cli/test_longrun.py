@@ -1,0 +1,143 @@
+"""Long runs of interp scan / effects (issue 46): finished units kept in OUT, --resume equal to an uninterrupted run,
+a partial OUT refused without --resume / --force, Ctrl-C writing partial tables with exit 130."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from interp.cli import app
+from interp.cli.longrun import Interrupted, RunDir, first_difference
+
+runner = CliRunner()
+SCAN = ["scan", "tiny-llama", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib"]
+EFFECTS = ["effects", "tiny-llama", "--prompts", "3", "--tokens", "24", "--bootstrap", "50"]
+
+
+def _fail_at(monkeypatch, module, name: str, k: int, exc: BaseException):
+    """Replace ``module.name`` by a wrapper that raises ``exc`` on its call number ``k + 1`` (the first k run)."""
+    orig, calls = getattr(module, name), {"n": 0}
+
+    def wrapped(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] > k:
+            raise exc
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(module, name, wrapped)
+
+
+def test_scan_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.engine
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert runner.invoke(app, SCAN + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # Ctrl-C while the third prompt runs
+        _fail_at(mp, interp.engine, "scan", 2, Interrupted(signal.SIGINT))
+        res = runner.invoke(app, SCAN + ["--out", str(part)])
+    assert res.exit_code == 130, res.output
+    assert "partial: 2 of 3 prompts" in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert json.loads((part / "state" / "scan.json").read_text())["meta"]["partial"] == "2 of 3 prompts"
+    assert "Partial run: 2 of 3 prompts" in (part / "report.html").read_text()
+    assert len(pd.read_csv(part / "heads.csv")) == 2 * 4
+    # without --resume: refused before the model loads
+    with monkeypatch.context() as mp:
+        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
+        res = runner.invoke(app, SCAN + ["--out", str(part)])
+    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
+    # resumed: the two finished prompts are read back, the third scanned; heads.csv equals the uninterrupted run's
+    with monkeypatch.context() as mp:
+        _fail_at(mp, interp.engine, "scan", 1, AssertionError("only the third prompt is scanned"))
+        res = runner.invoke(app, SCAN + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "heads.csv"), pd.read_csv(part / "heads.csv"), check_exact=True)
+    assert "partial" not in json.loads((part / "state" / "scan.json").read_text())["meta"]
+    assert json.loads((part / "run.json").read_text())["complete"] is True
+
+
+def test_scan_crash_leaves_units_and_a_half_written_unit_is_redone(tmp_path, monkeypatch):
+    import interp.engine
+
+    out = tmp_path / "crash"
+    with monkeypatch.context() as mp:  # a crash (not a signal): the process dies with the second prompt in flight
+        _fail_at(mp, interp.engine, "scan", 1, RuntimeError("out of memory"))
+        res = runner.invoke(app, SCAN + ["--out", str(out)])
+    assert res.exit_code != 0 and not (out / "heads.csv").exists()
+    assert sorted(p.name for p in (out / "units").iterdir()) == ["prompt-00000"]
+    (out / "units" / ".prompt-00001.dead.tmp").mkdir()  # what a kill during the unit's write leaves
+    # settings other than the manifest's: one line naming the first difference
+    res = runner.invoke(app, SCAN[:-2] + ["--corpus", "pydoc", "--out", str(out), "--resume"])
+    assert res.exit_code == 2 and "--corpus is 'pydoc' here but 'stdlib'" in res.output
+    res = runner.invoke(app, SCAN + ["--out", str(out), "--resume", "--force"])
+    assert res.exit_code == 2 and "contradict" in res.output
+    res = runner.invoke(app, SCAN + ["--out", str(out), "--resume"])
+    assert res.exit_code == 0, res.output
+    assert [p for p in (out / "units").iterdir() if not p.name.startswith(".")].__len__() == 3
+    # --force discards the run and starts over
+    res = runner.invoke(app, SCAN + ["--prompts", "2", "--out", str(out), "--force"])
+    assert res.exit_code == 0 and len(list((out / "units").iterdir())) == 2
+
+
+def test_effects_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.experiments.effects as fx
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    calls = {"n": 0}
+    orig = fx.token_stats
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return orig(*a, **kw)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(fx, "token_stats", counting)
+        assert runner.invoke(app, EFFECTS + ["--out", str(full)]).exit_code == 0
+    per_layer = calls["n"] // 2  # tiny-llama: 2 layers, the same forwards each
+    with monkeypatch.context() as mp:  # SIGTERM during layer 1
+        _fail_at(mp, fx, "token_stats", per_layer, Interrupted(signal.SIGTERM))
+        res = runner.invoke(app, EFFECTS + ["--out", str(part)])
+    assert res.exit_code == 143, res.output
+    assert "partial: 1 of 2 layers" in res.output and "--resume" in res.output
+    assert json.loads((part / "effects.json").read_text())["partial"] == "1 of 2 layers"
+    assert set(pd.read_csv(part / "effects.csv")["layer"]) == {0}
+    res = runner.invoke(app, EFFECTS[:-2] + ["--bootstrap", "60", "--out", str(part), "--resume"])
+    assert res.exit_code == 2 and "--bootstrap is 60 here but 50" in res.output
+    with monkeypatch.context() as mp:  # resumed: only layer 1 runs
+        _fail_at(mp, fx, "token_stats", per_layer, AssertionError("layer 0 is read back"))
+        res = runner.invoke(app, EFFECTS + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "effects.csv"), pd.read_csv(part / "effects.csv"), check_exact=True)
+    res = runner.invoke(app, EFFECTS + ["--method", "naive", "--out", str(part), "--resume"])
+    assert res.exit_code == 2 and "--method exact" in res.output
+
+
+def test_first_difference_and_manifest():
+    assert first_difference({"a": 1, "tokens": 2}, {"a": 1, "tokens": 3}) == "--tokens is 3 here but 2 in the run being resumed"
+    assert first_difference({"a": 1}, {"a": 1}) is None
+    assert RunDir(Path("/nonexistent/x"), "scan", {}).finished() == []
+
+
+def test_sigint_in_a_subprocess_exits_130_with_partial_tables(tmp_path):
+    out = tmp_path / "sig"
+    exe = Path(sys.executable).with_name("interp")
+    proc = subprocess.Popen([str(exe), "scan", "tiny-llama", "--prompts", "200", "--tokens", "128", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+    deadline = time.monotonic() + 120
+    while not (out / "units" / "prompt-00001").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert "partial: " in stdout and " of 200 prompts" in stdout and "--resume" in stdout
+    assert "Traceback" not in stdout + stderr
+    meta = json.loads((out / "state" / "scan.json").read_text())["meta"]
+    assert meta["partial"].endswith("of 200 prompts") and meta["prompts"] >= 2
+    assert "Partial run" in (out / "report.html").read_text()
