@@ -3,7 +3,6 @@ outputs: ``interp effects --help``."""
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -115,7 +114,6 @@ def effects(
     console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, clean NLL {res.clean_nll:.4f} nats; "
                   f"{len(t)} head x intervention rows in {res.meta['seconds']:.1f} s ({method}), total "
                   f"{time.perf_counter() - t_start:.1f} s wall; wrote {out}/effects.csv and {out}/effects.html", soft_wrap=True)
-    if "partial" in res.meta:
-        done, total = (int(x) for x in res.meta["partial"].split()[::2][:2])
-        stop(Interrupted(signal.Signals[res.meta["stopped_by"].split()[-1]]), done, total, "layers", out)
+    if isinstance(res.stopped, Interrupted):
+        stop(res.stopped, t["layer"].nunique(), n_layers, "layers", out)
     run.finish()

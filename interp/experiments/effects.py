@@ -151,7 +151,9 @@ class EffectsResult:
         per_prompt: ``{"dnll": [row, prompt], "kl": [row, prompt]}`` float64, rows in ``table`` order (per-prompt
             means over its ``N - 1`` predictions).
         clean_nll: mean next-token NLL of the unmodified model (nats per prediction); clean_nll_prompt: ``[prompt]``.
-        meta: settings, model, prompt shape, method and seconds (written to ``effects.json``).
+        meta: settings, model, prompt shape, method and seconds (written to ``effects.json``); ``partial`` (``"K of N
+            layers"``) when the run was stopped early.
+        stopped: the exception of ``head_effects(stop_on=...)`` that stopped the run early, else None.
     """
 
     table: pd.DataFrame
@@ -159,6 +161,7 @@ class EffectsResult:
     clean_nll: float
     clean_nll_prompt: np.ndarray
     meta: dict = field(default_factory=dict)
+    stopped: BaseException | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,7 +441,7 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
         keep_rows = [r for r, (l, _, _) in enumerate(order) if l in set(done)]
         order, dn, kl = [order[r] for r in keep_rows], dn[keep_rows], kl[keep_rows]
         meta.update(partial=f"{len(done)} of {len(by_layer)} layers", stopped_by=str(stopped))
-    return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, float(clean.nll.mean()), clean.nll, meta)
+    return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, float(clean.nll.mean()), clean.nll, meta, stopped)
 
 
 def naive_effects(model, prompts, config: EffectsConfig | None = None, *, progress: bool = False,
