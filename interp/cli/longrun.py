@@ -151,7 +151,8 @@ class RunDir:
 
     def begin(self, model: dict, units: int) -> None:
         """After the model loaded: on ``--resume``, check ``model`` (``model_identity``) against the manifest; else
-        discard the units of an earlier run. Then write the manifest (``complete`` false; ``units``: how many the run has).
+        discard the units of an earlier run (on ``--resume``: the temporary entries of cut-off writes). Then write the
+        manifest (``complete`` false; ``units``: how many the run has).
 
         Raises:
             InterpError: on ``--resume``, another model than the manifest's (one line naming the differing field).
@@ -164,6 +165,12 @@ class RunDir:
                                       f"{m['model'].get(k)!r} in the run being resumed; load the same model, or --force")
         if m is None and self.units_dir.exists():
             shutil.rmtree(self.units_dir)
+        elif self.units_dir.is_dir():  # temporary entries of writes cut off by a kill: their units are redone
+            for p in self.units_dir.glob(".*"):
+                if p.is_dir():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
         self.out.mkdir(parents=True, exist_ok=True)
         self._write(model, units, complete=False)
 

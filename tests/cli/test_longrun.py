@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from interp.cli import app
 from interp.cli.longrun import Interrupted, RunDir, first_difference
+from interp.errors import InterpError
 
 runner = CliRunner()
 # the Python engine is deterministic; the fused CPU kernel's threads can differ run to run at float rounding (~1e-8),
@@ -81,7 +82,7 @@ def test_scan_crash_leaves_units_and_a_half_written_unit_is_redone(tmp_path, mon
     assert res.exit_code == 2 and "contradict" in res.output
     res = runner.invoke(app, SCAN + ["--out", str(out), "--resume"])
     assert res.exit_code == 0, res.output
-    assert [p for p in (out / "units").iterdir() if not p.name.startswith(".")].__len__() == 3
+    assert len(RunDir(out, "scan", {}).finished()) == 3 and not (out / "units" / ".prompt-00001.dead.tmp").exists()
     # --force discards the run and starts over
     res = runner.invoke(app, SCAN + ["--prompts", "2", "--out", str(out), "--force"])
     assert res.exit_code == 0 and len(list((out / "units").iterdir())) == 2
@@ -120,10 +121,17 @@ def test_effects_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "--method exact" in res.output
 
 
-def test_first_difference_and_manifest():
+def test_first_difference_and_manifest(tmp_path):
     assert first_difference({"a": 1, "tokens": 2}, {"a": 1, "tokens": 3}) == "--tokens is 3 here but 2 in the run being resumed"
     assert first_difference({"a": 1}, {"a": 1}) is None
     assert RunDir(Path("/nonexistent/x"), "scan", {}).finished() == []
+    RunDir(tmp_path, "scan", {"tokens": 8}).begin({"name": "m", "sha256": "aa"}, 2)
+    resumed = RunDir(tmp_path, "scan", {"tokens": 8}, resume=True)
+    resumed.check()
+    with pytest.raises(InterpError, match="the model's sha256 is 'bb' here but 'aa'"):
+        resumed.begin({"name": "m", "sha256": "bb"}, 2)
+    with pytest.raises(InterpError, match="holds an interp scan run, not interp effects"):
+        RunDir(tmp_path, "effects", {"tokens": 8}, resume=True).check()
 
 
 def test_sigint_in_a_subprocess_exits_130_with_partial_tables(tmp_path):
