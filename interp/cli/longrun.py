@@ -10,8 +10,8 @@ entry under its name, so a resumed run redoes it.
   and ``--force``) before any model work; ``--force`` discards its units.
 - With ``--resume``, the settings and then the model must equal the manifest's (one line naming the first difference);
   finished units are read back instead of recomputed, so the final tables equal an uninterrupted run's.
-- ``interruptible()`` turns SIGINT / SIGTERM into ``Interrupted`` (a normal exception, so the unit in flight unwinds
-  and its temporary file is removed); the command writes its tables from the finished units, marks them partial and
+- ``interruptible()`` turns SIGINT / SIGTERM into ``Interrupted`` (raised like ``KeyboardInterrupt``, so the unit in
+  flight unwinds and its temporary file is removed); the command writes its tables from the finished units, marks them partial and
   exits 130 / 143 (``stop``).
 """
 
@@ -38,9 +38,10 @@ RESUME = typer.Option(False, "--resume", help="continue the run in --out (same s
 FORCE = typer.Option(False, "--force", help="discard a partial run in --out and start over")
 
 
-class Interrupted(Exception):
+class Interrupted(BaseException):
     """SIGINT or SIGTERM arrived inside ``interruptible()``. ``signum``: the signal; ``exit_code``: 128 + signum (130 for
-    SIGINT, 143 for SIGTERM), the shell's convention."""
+    SIGINT, 143 for SIGTERM), the shell's convention. A ``BaseException``, like ``KeyboardInterrupt``, so that no
+    ``except Exception`` on the way (a state file's reader turning any error into ``CorruptStateError``) swallows it."""
 
     def __init__(self, signum: int):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
