@@ -153,6 +153,11 @@ def _index(values, n: int, what: str) -> torch.Tensor:
     return t
 
 
+def _deliver(e: Edit, x, ctx: EditContext) -> None:
+    """Hand a ``record`` edit its value: ``store(x, ctx)`` or ``store[str(site)] = x``."""
+    e.value(x, ctx) if callable(e.value) else e.value.__setitem__(str(ctx.site), x)
+
+
 def _apply(e: Edit, x: torch.Tensor, ctx: EditContext, *, rows=None, heads=None) -> torch.Tensor:
     """``x`` (the site's layout) with ``e`` applied to its selection; a new tensor unless ``e`` only records.
 
@@ -161,8 +166,7 @@ def _apply(e: Edit, x: torch.Tensor, ctx: EditContext, *, rows=None, heads=None)
     """
     name = ctx.site.name
     if e.op == "record" and rows is None and heads is None and e.rows is None and e.heads is None and e.positions is None:
-        sel = x  # the tensor itself, so gradients reach it (``detach=False`` records)
-        e.value(sel, ctx) if callable(e.value) else e.value.__setitem__(str(ctx.site), sel)
+        _deliver(e, x, ctx)  # the tensor itself, so gradients reach it (``detach=False`` records)
         return x
     hax = HEAD_AXIS.get(name)
     pax = 2 if name in _EXPLICIT_SITES else 1
@@ -182,10 +186,7 @@ def _apply(e: Edit, x: torch.Tensor, ctx: EditContext, *, rows=None, heads=None)
     idx = tuple(idx)
     sel = x[idx]
     if e.op == "record":
-        if callable(e.value):
-            e.value(sel, ctx)
-        else:
-            e.value[str(ctx.site)] = sel
+        _deliver(e, sel, ctx)
         return x
     if e.op == "zero":
         new = torch.zeros_like(sel)
@@ -364,7 +365,7 @@ def _recompute(st: _LayerState, module, query, key, value, attention_mask, scali
         if id(e) in pieces:
             x = torch.cat(pieces[id(e)], dim=1)
             c = _ctx(st, _site(e).name, tuple(_index(e.heads, H, "heads").tolist()))
-            e.value(x, c) if callable(e.value) else e.value.__setitem__(str(c.site), x)
+            _deliver(e, x, c)
     return out, w
 
 
@@ -502,7 +503,7 @@ def _table_hook(sm: SiteMap, layer: int, rope_edits: list[Edit]):
         ctx = EditContext(Site("rope", layer), sm, cos, sin, kwargs.get("position_ids"), _TOKENS.get(id(sm.model)))
         for e in rope_edits:
             if e.op == "record":
-                e.value((cos, sin), ctx) if callable(e.value) else e.value.__setitem__(str(ctx.site), (cos, sin))
+                _deliver(e, (cos, sin), ctx)
                 continue
             if e.op not in ("fn", "replace"):
                 raise ConfigError(f"site rope takes fn, replace or record edits, got {e.op!r}")
@@ -535,7 +536,7 @@ def _check(sm: SiteMap, e: Edit) -> Site:
         if hax is None:
             raise ConfigError(f"site {site.name} has no head axis; drop heads= (heads live at q_*, k_*, v, scores, "
                               f"pattern, head_out)")
-        n = sm.n_heads if (e.per_query_head or site.name not in KV_SITES) else sm.n_kv_heads
+        n = sm.n_heads if e.per_query_head else sm.n_axis(site.name)
         _index(e.heads, n, f"heads of {site}")
     if e.per_query_head and site.name not in KV_SITES:
         raise ConfigError(f"per_query_head applies to k_pre, k_rot and v edits, not {site.name}")
@@ -558,7 +559,8 @@ def edit(model, *edits: Edit) -> Iterator[SiteMap]:
     """
     sm = site_map(model)
     hf = sm.model
-    checked = [(e, _check(sm, e)) for e in edits]
+    # sites parsed once here: the forwards read e.site as a Site (no parsing on the hot path)
+    checked = [(dataclasses.replace(e, site=s), s) for e in edits for s in [_check(sm, e)]]
     groups: dict[Site, list[Edit]] = {}
     for e, s in checked:
         groups.setdefault(s, []).append(e)
