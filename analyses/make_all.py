@@ -25,6 +25,7 @@ SCRIPTS = {
     "rope_variants_fig7": HERE / "p001_frayed/rope_variants_fig7.py",
     "lemma1_check": HERE / "p001_frayed/lemma1_check.py",
     "frayed_rope": HERE / "p001_frayed/frayed_rope.py",
+    "frayed_bootstrap": HERE / "p001_frayed/frayed_bootstrap.py",
     "compare_zoo": HERE / "atlas/compare_zoo.py",
     "ood_ratio": HERE / "p004_slash/ood_ratio.py",
     "massive_values": HERE / "atlas/massive_values.py",
@@ -37,6 +38,7 @@ SCRIPTS = {
     "key_norm_length": HERE / "p001_frayed/key_norm_length.py",
     "cluster_length": HERE / "p001_frayed/cluster_length.py",
     "sdh_count_bootstrap": HERE / "p004_slash/sdh_count_bootstrap.py",
+    "sdh_rank_one": HERE / "p004_slash/sdh_rank_one.py",
     "sdh_count_spread": HERE / "p004_slash/sdh_count_spread.py",
     "long_range_slash": HERE / "p004_slash/long_range_slash.py",
     # causal head effects (issue 32 part 3): after head_atlas and retrieval_heads, whose tables they read
@@ -57,6 +59,7 @@ SCRIPTS = {
     "rope_id_lm": HERE / "p001_frayed/rope_id_lm.py",
     # training dynamics (issue 35): heads watched as they form
     "icl_two_stage": HERE / "emergence/icl_two_stage.py",
+    "icl_band_removal": HERE / "emergence/icl_band_removal.py",
     "icl_lr": HERE / "emergence/icl_lr.py",
     "induction_text": HERE / "emergence/induction_text.py",
     "induction_textprobe": HERE / "emergence/induction_text.py",  # a second run of it: ARGV

@@ -143,3 +143,62 @@ def test_long_range_ood_ratios_are_the_two_prompt_sets_scores_at_each_heads_lag(
     merged = interp.scan(model, text, cfg)
     r = t.iloc[0]
     assert float(merged.scores[int(r["layer"]), int(r["head"]), int(r["delta"])]) == pytest.approx(r["slash_id"], rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def rank_one():
+    return load_script(ANALYSES / "p004_slash/sdh_rank_one.py")
+
+
+def test_rank_one_statistics_equal_singular_values_head_by_head(rank_one):
+    """r1 from the pooled Gram matrices equals s_1^2 / sum s^2 of the stacked vectors (numpy's SVD), per group."""
+    rng = np.random.default_rng(4)
+    L, H, K, D, P = 2, 4, 2, 6, 3
+    offset = np.array([0.0, 1.0, 3.0, 20.0])[:, None, None]  # per head: no cone to a near-rank-one one
+    q = rng.normal(size=(P, L, H, 20, D)) + offset * rng.normal(size=(1, L, H, 1, D))
+    k = rng.normal(size=(P, L, K, 20, D)) + 20 * rng.normal(size=(1, L, K, 1, D))
+    slash = rng.uniform(0, 0.05, (P, L, H, 5))
+    slash[:, :, 1::2, 2] += 0.1  # heads 1 and 3 of each layer are SDHs
+    kv = np.arange(H) // (H // K)
+    got = rank_one.statistics(slash.mean(0), np.einsum("plhnd,plhne->lhde", q, q), np.einsum("plknd,plkne->lkde", k, k), kv, 0.1)
+
+    def r1(x):  # [n, d] -> s_1^2 / sum s^2
+        s = np.linalg.svd(x, compute_uv=False)
+        return s[0] ** 2 / (s ** 2).sum()
+
+    r1q = np.array([[r1(q[:, l, h].reshape(-1, D)) for h in range(H)] for l in range(L)])
+    r1k = np.array([[r1(k[:, l, kv[h]].reshape(-1, D)) for h in range(H)] for l in range(L)])
+    sdh = slash.mean(0).max(-1) >= 0.1
+    assert got["sdh_count"] == sdh.sum()
+    np.testing.assert_allclose(got["r1_q_sdh"], r1q[sdh].mean(), rtol=1e-10)
+    np.testing.assert_allclose(got["r1_k_other"], r1k[~sdh].mean(), rtol=1e-10)
+    np.testing.assert_allclose(got["r1_q_diff"], r1q[sdh].mean() - r1q[~sdh].mean(), rtol=1e-10)
+    either = (r1q > 0.9) | (r1k > 0.9)
+    assert got["share_qk_gt_0.9"] == either[sdh].mean() and got["share_qk_gt_0.9_other"] == either[~sdh].mean()
+
+
+def test_rank_one_bootstrap_of_the_full_sample_is_the_point_value(rank_one):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 2, 3, 30, 5))
+    per = {"slash": rng.uniform(0, 0.2, (4, 2, 3, 5)), "gq": np.einsum("plhnd,plhne->plhde", x, x),
+           "gk": np.einsum("plhnd,plhne->plhde", x[:, :, :1], x[:, :, :1])}
+    kv = np.zeros(3, dtype=int)
+    point = rank_one.statistics(per["slash"].mean(0), per["gq"].sum(0), per["gk"].sum(0), kv, 0.1)
+    boot = rank_one.bootstrap(per, kv, np.tile(np.arange(4), (40, 1)), 0.1)  # every replicate draws each prompt once
+    for key, v in point.items():
+        np.testing.assert_allclose(boot[key], v, rtol=1e-12, equal_nan=True)
+
+
+def test_rank_one_quick_run_agrees_with_one_scan_of_all_prompts(rank_one, tmp_path):
+    """The per-prompt pooled point values equal what one scan of the three prompts reports (its r1_q / r1_k columns)."""
+    import interp
+
+    df = rank_one.main(["--quick", "--out", str(tmp_path)]).set_index("statistic")
+    model = interp.load_model("tiny-llama")
+    heads = interp.scan(model, interp.corpus.prompts(model, "random", 3, 64, 0),
+                        interp.ScanConfig(counterfactual_sinks=False, kappa=0.045)).heads
+    sdh = heads["is_sdh"].astype(bool)
+    assert df.loc["sdh_count", "value"] == sdh.sum()
+    np.testing.assert_allclose(df.loc["r1_q_sdh", "value"], heads.loc[sdh, "r1_q"].mean(), rtol=1e-4)
+    np.testing.assert_allclose(df.loc["r1_k_other", "value"], heads.loc[~sdh, "r1_k"].mean(), rtol=1e-4)
+    assert (df["lo"] <= df["hi"]).all()

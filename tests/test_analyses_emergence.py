@@ -39,6 +39,23 @@ def test_quick_icl_two_stage(tmp_path):
     assert row["mean"] == pytest.approx(sel["loss_end"].mean())
 
 
+def test_quick_icl_band_removal(tmp_path):
+    """Each removal is run beside its baseline; a zeroed plane adds the constant 1 to D.1's cosine sum, so C1 and eps_FN
+    equal those of the kept planes alone."""
+    from interp.lab.icl_regression import ICLData, frequencies, pulse_check
+
+    runs = load_script(HERE / "icl_band_removal.py").main(["--quick", "--out", str(tmp_path)])
+    assert set(runs["freq"]) == {"rope", "rope-wo_high_medium"} and len(runs) == 4
+    pulse = pd.read_csv(tmp_path / "emergence_icl_bands_pulse.csv").set_index("freq")
+    row = pulse.loc["rope-wo_high_medium"]
+    data = ICLData(K=2, n_in=4, delta=1, d_c=int(row["d_c"]))
+    theta = frequencies("rope-wo_high_medium", data)[: data.d_c // 2]
+    kept = pulse_check(theta[theta > 0], int(row["N"]))
+    assert row["C1"] == pytest.approx(kept["C1"], abs=1e-12) and row["eps_fn"] == pytest.approx(kept["eps_fn"], abs=1e-12)
+    summ = pd.read_csv(tmp_path / "emergence_icl_bands_summary.csv")
+    assert set(summ["freq"]) == set(runs["freq"])
+
+
 def test_quick_induction_text(tmp_path):
     runs = load_script(HERE / "induction_text.py").main(["--quick", "--out", str(tmp_path)])
     traj = pd.read_csv(tmp_path / "emergence_text_trajectory.csv")

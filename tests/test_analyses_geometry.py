@@ -40,3 +40,34 @@ def test_make_all_runs_a_second_study_of_one_script_with_its_arguments(tmp_path)
     mod.main(["--quick", "--only", "induction_textrepeat", "--out", str(tmp_path)])
     runs = pd.read_csv(tmp_path / "emergence_textrepeat_runs.csv")
     assert runs["repeat_frac"].iloc[0] == 0.25 and not (tmp_path / "emergence_text_runs.csv").exists()
+
+
+def test_frayed_bootstrap_changes_pair_each_prompt_with_itself():
+    mod = load_script(ROOT / "p001_frayed/frayed_bootstrap.py")
+    rng = np.random.default_rng(0)
+    vals = rng.normal(size=(4, 3))  # [prompt, length]
+    per = pd.DataFrame([{"model": "m", "prompt": p, "length": n, "context": 100, "measure": "x", "median": vals[p, k]}
+                        for p in range(4) for k, n in enumerate((64, 128, 256))])
+    out = mod.changes(per, 500).set_index("length_to")
+    for k, n in ((1, 128), (2, 256)):
+        d = vals[:, k] - vals[:, 0]
+        assert out.loc[n, "change"] == np.float64(d.mean()).item() and out.loc[n, "positive"] == (d > 0).sum()
+        assert out.loc[n, "change_lo"] <= d.mean() <= out.loc[n, "change_hi"]
+    assert list(out["beyond_context"]) == [True, True]
+
+
+def test_quick_frayed_bootstrap_medians_equal_a_scan_of_each_prompt(tmp_path):
+    import interp
+
+    mod = load_script(ROOT / "p001_frayed/frayed_bootstrap.py")
+    mod.main(["--quick", "--out", str(tmp_path)])
+    per = pd.read_csv(tmp_path / "frayed_bootstrap_prompts.csv")
+    model = interp.load_model("tiny-llama")
+    prompts = interp.corpus.prompts(model, "random", 3, 128, beyond_context=True)
+    heads = interp.scan(model, prompts[1:2, :64], interp.ScanConfig(geometry=True, cluster_points=100, counterfactual_queries=0)).heads
+    got = per[(per["prompt"] == 1) & (per["length"] == 64)].set_index("measure")["median"]
+    for m in ("srank_k_rot", "sink_weight_norope", "max_qk_rot"):
+        assert np.isclose(got[m], heads[m].median(), rtol=1e-6), m
+    assert np.isclose(got["srank_k_ratio"], (heads["srank_k_rot"] / heads["srank_k_pre"]).median(), rtol=1e-6)
+    summary = pd.read_csv(tmp_path / "frayed_bootstrap.csv")
+    assert set(summary["measure"]) == {*mod.MEASURES, "srank_k_ratio"} and (summary["prompts"] == 3).all()

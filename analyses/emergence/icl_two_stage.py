@@ -136,18 +136,12 @@ def figure(trace: pd.DataFrame) -> go.Figure:
         title="004 App. D: two-stage emergence (dotted: Algorithm 1's two stages; solid: joint)", height=480, width=1400)
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    ap = parser(__doc__, "K = 2, N_in = 4, 20 + 20 steps, one seed, six conditions (seconds)")
-    for flag, kind, default, text in OPTIONS:
-        ap.add_argument(flag, type=kind, default=default, help=text)
-    args = ap.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
-    args.out.mkdir(parents=True, exist_ok=True)
-    traces, runs, pulses = [], [], []
-    t_all = time.perf_counter()
+def run(conds: list[tuple[int, str, str, str]], args) -> tuple[list[pd.DataFrame], list[dict]]:
+    """Train every ``(delta, freq, schedule, layer1)`` of ``conds`` for ``args.seeds`` seeds with ``args``' settings
+    (``OPTIONS``): the traces (one frame per run) and the runs' rows (``run_summary``, ``generalisation``, ``seconds``)."""
+    traces, runs = [], []
     with one_thread():
-        for delta, freq, sched, layer1 in conditions(args.quick):
+        for delta, freq, sched, layer1 in conds:
             n_tok = (delta + 1) * args.n_in + 1
             data = ICLData(K=args.K, n_in=args.n_in, delta=delta, d_c=n_tok + 1)  # d_c = N + 1: the exact pulse covers |x| <= N
             theta = frequencies(freq, data)
@@ -164,6 +158,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                              "seconds": time.perf_counter() - t0})
                 print(f"delta {delta} {freq:5s} {sched:9s} {layer1:7s} seed {seed}: t1 {runs[-1]['t1_fixed']}, "
                       f"t2 {runs[-1]['t2_fixed']}, loss {runs[-1]['loss_end']:.4f} ({runs[-1]['seconds']:.1f} s)", flush=True)
+    return traces, runs
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    ap = parser(__doc__, "K = 2, N_in = 4, 20 + 20 steps, one seed, six conditions (seconds)")
+    for flag, kind, default, text in OPTIONS:
+        ap.add_argument(flag, type=kind, default=default, help=text)
+    args = ap.parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
+    args.out.mkdir(parents=True, exist_ok=True)
+    t_all = time.perf_counter()
+    traces, runs = run(conditions(args.quick), args)
+    pulses = []
     for delta in sorted({r["delta"] for r in runs}):
         data = ICLData(K=args.K, n_in=args.n_in, delta=delta, d_c=(delta + 1) * args.n_in + 2)
         for freq in ("pulse", "rope", "low", "nope"):

@@ -33,7 +33,11 @@ disentangled RoPE transformer (D.4, eq. 13-15, 22) and its two-stage gradient de
 item 2 holds with ``epsilon_FN = 0``), ``rope`` (the standard ``10000 ** (-2(s-1)/d_c)``; :func:`pulse_check`
 measures how far from a pulse its sum is), ``low`` (every plane at most ``N ** -2``: item 2 fails, the sum is flat)
 and ``nope`` (all zero). The semantic planes are always low: ``N ** -2 * 10000 ** (-2(s-1)/(d_X + 2))`` (item 1,
-``alpha = 2``).
+``alpha = 2``). Band removals (for the claim after D.1 that without the medium and high frequencies no SDH forms):
+``<set>-wo_<bands>`` with ``<set>`` ``pulse`` or ``rope`` and ``<bands>`` ``high``, ``medium`` or ``high_medium``
+sets the cone planes of those bands to ``theta = 0`` (unrotated, as the band ablation of 004 Sec. 5 does in the
+models), the bands being the cone planes sorted by frequency and split in three (``interp.rope.band_planes``' rule:
+``numpy.array_split``, high first).
 
 **Training** (:func:`train_icl`): plain gradient descent (``torch.optim.SGD``, no momentum) on the squared loss
 (eq. 16) estimated on a fresh batch of prompts each step (004: the population loss; ours: its unbiased estimate);
@@ -62,9 +66,10 @@ from jaxtyping import Float, Int
 from torch import nn
 
 from interp.measures.spectrum import gram, spectrum_metrics
-from interp.rope import RopeSpec, rotate
+from interp.rope import RopeSpec, band_planes, rotate
 
 FREQUENCY_SETS = ("pulse", "rope", "low", "nope")
+BAND_REMOVALS = ("wo_high", "wo_medium", "wo_high_medium")  # suffixes of ``pulse-`` / ``rope-`` (module docstring)
 SCHEDULES = ("two-stage", "joint")
 
 
@@ -140,11 +145,19 @@ class ICLData:
 
 def frequencies(kind: str, data: ICLData, base: float = 1e4) -> Float[torch.Tensor, "freq"]:
     """``[d / 2]`` float64 angular frequencies (radians per position): ``d_c / 2`` cone planes of the set ``kind``,
-    then ``(d_X + 2) / 2`` low semantic planes (module docstring).
+    then ``(d_X + 2) / 2`` low semantic planes (module docstring). ``kind`` is one of ``FREQUENCY_SETS`` or
+    ``pulse-`` / ``rope-`` followed by one of ``BAND_REMOVALS`` (those cone bands set to zero).
 
     Raises:
         ValueError: an unknown ``kind``, or ``pulse`` with ``d_c < N`` (the exact pulse covers ``|x| <= 2M = d_c``, D.1 asks ``|x| <= N``).
     """
+    if "-" in kind:
+        head, _, removal = kind.partition("-")
+        if head not in ("pulse", "rope") or removal not in BAND_REMOVALS:
+            raise ValueError(f"unknown frequency set {kind!r}; band removals are pulse-<r> or rope-<r> with r one of "
+                             f"{', '.join(BAND_REMOVALS)}")
+        theta = frequencies(head, data, base)
+        return torch.cat([remove_bands(theta[: data.d_c // 2], removal[3:].split("_")), theta[data.d_c // 2:]])
     M, N = data.d_c // 2, data.N
     n_sem = (data.K + 2) // 2
     low = N ** -2.0 * base ** (-2.0 * torch.arange(n_sem, dtype=torch.float64) / (data.K + 2))
@@ -162,6 +175,21 @@ def frequencies(kind: str, data: ICLData, base: float = 1e4) -> Float[torch.Tens
     else:
         raise ValueError(f"unknown frequency set {kind!r}; use one of {', '.join(FREQUENCY_SETS)}")
     return torch.cat([cone, low])
+
+
+def remove_bands(theta: Float[torch.Tensor, "freq"], bands: list[str]) -> Float[torch.Tensor, "freq"]:
+    """``theta`` with the planes of ``bands`` (of ``high``, ``medium``, ``low``) set to 0: the planes sorted by
+    decreasing frequency and split in three as ``interp.rope.band_planes`` does (``numpy.array_split``, high first).
+
+    Raises:
+        ValueError: an unknown band name, or fewer than 3 planes (``interp.rope.band_planes``).
+    """
+    order = torch.argsort(theta, descending=True, stable=True)  # position in the order -> plane
+    out = theta.clone()
+    for band in bands:
+        ranks = band_planes(len(theta), band, n_remove=len(theta))  # every plane of the band, by rank
+        out[order[ranks]] = 0.0
+    return out
 
 
 def pulse_check(theta: Float[torch.Tensor, "freq"], N: int) -> dict[str, float]:

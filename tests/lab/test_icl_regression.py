@@ -98,6 +98,22 @@ def test_frequency_sets_and_assumption_d1():
         R.frequencies("pulse", R.ICLData(K=4, n_in=16, d_c=8))
 
 
+def test_band_removals_zero_exactly_the_bands_by_frequency():
+    """17 cone planes split 6 / 6 / 5 by decreasing frequency: rope's are already in that order, the pulse's reversed."""
+    data = R.ICLData(K=4, n_in=16, d_c=34)
+    M = data.d_c // 2
+    for base, order in (("rope", np.arange(M)), ("pulse", np.arange(M)[::-1])):
+        full = R.frequencies(base, data)
+        high, medium, low = (order[i] for i in np.array_split(np.arange(M), 3))
+        for removal, gone in (("wo_high", high), ("wo_medium", medium), ("wo_high_medium", np.r_[high, medium])):
+            th = R.frequencies(f"{base}-{removal}", data)
+            kept = np.setdiff1d(np.arange(M), gone)
+            assert torch.all(th[gone] == 0) and torch.equal(th[kept], full[kept]) and torch.equal(th[M:], full[M:])
+        assert full[high].min() > full[medium].max() > 0 and full[medium].min() > full[low].max()
+    with pytest.raises(ValueError, match="band removals are pulse-<r> or rope-<r>"):
+        R.frequencies("low-wo_high", data)
+
+
 FREQ_ALL = R.FREQUENCY_SETS
 
 
