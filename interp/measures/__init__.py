@@ -16,7 +16,8 @@ across length; 001), ``cone`` (mean pairwise cosines; 001 Fig. 2), ``token_match
 induction scores; TransformerLens ``head_detector``), ``echo`` (optional: echo score on repeated prompts;
 RazorAttention), ``massive`` (optional: per-channel norms of q, k, v and massive
 channels; Jin et al. 2025), ``shape`` (optional: entropy, vertical mass, A-shape and vertical-slash coverage with
-MInference's estimate, distant mass; StreamingLLM, MInference, DuoAttention), ``heavy_hitters`` (optional: attention mass per
+MInference's estimate, distant mass; StreamingLLM, MInference, DuoAttention), ``kv_budget`` (optional: distant mass and slash score predicted
+from the pre-RoPE cone and the RoPE frequencies, kvpress's on-the-fly DuoAttention score; 004 Sec. 4, App. D), ``heavy_hitters`` (optional: attention mass per
 key token id, a count-min sketch; no columns), ``maps`` (average attention of the first
 positions; no columns), ``variants`` (counterfactual RoPE variants; 004 Table 5; no columns of its own).
 
@@ -42,8 +43,8 @@ register = REGISTRY.register
 
 
 def _builtin() -> None:
-    from interp.measures import (cone, echo, geometry, heavy_hitters, inp, maps, massive, norms, shape, sinks, slash, spectrum,
-                                 token_match, variants)
+    from interp.measures import (cone, echo, geometry, heavy_hitters, inp, kv_budget, maps, massive, norms, shape, sinks, slash,
+                                 spectrum, token_match, variants)
 
     register(slash.Slash())
     register(spectrum.Spectrum())
@@ -57,6 +58,7 @@ def _builtin() -> None:
     register(echo.Echo())
     register(massive.Massive())
     register(shape.Shape())
+    register(kv_budget.KVBudget())
     register(heavy_hitters.HeavyHitters())
     register(maps.Maps())
     register(variants.Variants())
