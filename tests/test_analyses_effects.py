@@ -38,6 +38,11 @@ def test_streaming_sets_and_summary(tmp_path):
     row = df[df["model"] == "tiny-llama"].iloc[0]
     joint = pd.read_csv(tmp_path / "effects_streaming_joint.csv")
     assert set(joint["order"]) == {"rule", "causal", "random"} and (joint["prompts"] == 2).all()
+    summ = pd.read_csv(tmp_path / "effects_streaming_joint_summary.csv")
+    for r in summ.itertuples():
+        rnd = joint[(joint["order"] == "random") & (joint["n"] == r.n)]["dnll"]
+        assert r.draws == len(rnd) == 3 and r.random_mean == pytest.approx(rnd.mean())
+        assert r.random_min <= r.random_lo <= r.random_hi <= r.random_max and 0 < r.p_rule_below <= 1
     assert row["heads"] == 8 and 0 <= row["labelled"] <= 8
     assert (tmp_path / "effects_streaming.html").exists()
 
@@ -55,20 +60,28 @@ def test_auc_interval_brackets_the_auc():
 
 def test_retrieval_sets_follow_wu_et_al(tmp_path):
     mod = load_script(DIR / "retrieval_masking.py")
-    scores = pd.DataFrame({"layer": [0, 0, 1, 1, 2, 2], "head": [0, 1, 0, 1, 0, 1],
-                           "retrieval_score": [0.05, 0.6, np.nan, 0.2, 0.1, 0.0], "retrieval_score_all": [0, 0, 0.3, 0, 0, 0]})
-    ranked, others = mod.ranked_heads(scores)
-    assert ranked[:2] == [(0, 1), (1, 1)] and ranked[-1] == (1, 0)  # NaN (never retrieved) last
-    assert sorted(others) == [(0, 0), (1, 0), (2, 0), (2, 1)]  # score <= 0.1 or NaN: not retrieval heads
-    sets = mod.head_sets(ranked, others, [2], draws=4)
-    assert sets["none"] == [] and sets["top2"] == [(0, 1), (1, 1)]
-    assert all(set(sets[f"random2_{d}"]) <= set(others) and len(set(sets[f"random2_{d}"])) == 2 for d in range(4))
+    scores = pd.DataFrame({"layer": [0, 0, 0, 1, 1, 1, 2, 2, 2], "head": [0, 1, 2] * 3,
+                           "retrieval_score": [0.05, 0.6, 0.0, np.nan, 0.2, 0.0, 0.1, 0.0, 0.3],
+                           "retrieval_score_all": [0, 0, 0, 0.3, 0, 0, 0, 0, 0]})
+    ranked, retrieval = mod.ranked_heads(scores)
+    pairs = list(zip(ranked["layer"], ranked["head"]))
+    assert pairs[:3] == [(0, 1), (2, 2), (1, 1)] and pairs[-1] == (1, 0)  # NaN (never retrieved) last
+    assert {p for p, r in zip(pairs, retrieval) if r} == {(0, 1), (2, 2), (1, 1)}  # score > 0.1
+    sets, matching = mod.head_sets(ranked, retrieval, [2, 3], draws=20)
+    assert sets["none"] == [] and sets["top2"] == [(0, 1), (2, 2)] and matching == {2: "layer", 3: "layer"}
+    for d in range(20):
+        s = sets[f"random3_{d}"]
+        assert not set(s) & {(0, 1), (2, 2), (1, 1)} and len(set(s)) == 3  # never a retrieval head, distinct
+        assert sorted(l for l, _ in s) == [0, 1, 2]  # the top 3's layers, one each
     df = mod.main(["--quick", "--out", str(tmp_path)])
     trials = pd.read_csv(tmp_path / "effects_retrieval_masking.csv")
-    assert set(trials["kind"]) == {"none", "top", "random"} and len(trials) == (1 + 2 * (1 + 2)) * 2
-    assert list(df["k"]) == [1, 2]
+    assert set(trials["kind"]) == {"none", "top", "random"} and len(trials) == (1 + 2 * (1 + 3)) * 2
+    assert list(df["k"]) == [1, 2] and (df["split"] == "held_out").all() and (df["draws"] == 3).all()
+    assert df["needle_seeds"].astype(str).iloc[0] == "1"  # the selection used needle seed 0
     top1 = trials[trials["set"] == "top1"]["rouge1_recall"].mean()
     assert df.loc[df["k"] == 1, "top"].iloc[0] == pytest.approx(top1)
+    per_set = trials[(trials["kind"] == "random") & (trials["k"] == 2)].groupby("draw")["rouge1_recall"].mean()
+    assert df.loc[df["k"] == 2, "random_max"].iloc[0] == pytest.approx(per_set.max())
 
 
 def test_induction_sets_and_second_copy(tmp_path):
@@ -111,5 +124,13 @@ def test_rope_band_table_agreement():
 def test_rope_band_quick(tmp_path):
     df = load_script(DIR / "rope_band_heads.py").main(["--quick", "--out", str(tmp_path)])
     t = pd.read_csv(tmp_path / "effects_rope_band.csv")
-    assert len(t) == 3 * 3 and set(t["band"]) == {"high", "medium", "low"} and t["ratio"].notna().all()
-    assert df.iloc[0]["agree"] == t.drop_duplicates(["layer", "head"])["agree"].sum()
+    assert len(t) == 2 * 3 * 3 and set(t["band"]) == {"high", "medium", "low"} and t["ratio"].notna().all()
+    sdh, ctrl = t[t["group"] == "sdh"], t[t["group"] == "control"]
+    assert df.iloc[0]["agree"] == sdh.drop_duplicates(["layer", "head"])["agree"].sum()
+    heads = lambda d: set(zip(d["layer"], d["head"]))  # noqa: E731
+    assert not heads(sdh) & heads(ctrl) and len(heads(ctrl)) == 3  # the control: other heads
+    if df.iloc[0]["matching"] == "layer":
+        assert sorted(l for l, _ in heads(sdh)) == sorted(l for l, _ in heads(ctrl))
+    hi = sdh[sdh["band"] == "high"]["dnll"].mean() - ctrl[ctrl["band"] == "high"]["dnll"].mean()
+    assert df.iloc[0]["diff_high"] == pytest.approx(hi)
+    assert df.iloc[0]["diff_high_lo"] <= df.iloc[0]["diff_high"] <= df.iloc[0]["diff_high_hi"]

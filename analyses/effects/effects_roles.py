@@ -8,13 +8,23 @@ mean table of Gemma-3). Interventions of ``--interventions`` missing from a mode
 ``interp.experiments.effects.head_effects`` on the same prompts (``prompts`` / ``tokens`` of the table, else
 ``--prompts`` x ``--tokens``) and added to it. Then ``interp.experiments.effect_roles.role_effects`` against the atlas
 (``figures/atlas_<model>.csv``): per role and intervention the mean ``dnll`` of its heads (with a 95% bootstrap
-interval over the role's heads) against ``--draws`` sets of heads drawn from the same layers (2.5 / 97.5 percentiles,
-and ``p_greater``, the share of random sets whose mean reaches the role's).
+interval over the role's heads) against ``--draws`` sets of heads drawn from the same layers without the role's own
+heads (their 2.5 / 97.5 percentiles: the control), and ``diff``, the role heads minus the other heads of their layers,
+with Monte Carlo p-values ``p_greater``, ``p_less`` and two-sided ``p_two`` from ``--draws`` shuffles of the role
+within layers (``interp.experiments.controls.layer_difference``); role heads of layers where every head has the role
+are left out of the comparison (``heads_compared``).
+
+The p-values are read side by side on the results page (every model, intervention and role), so they are corrected
+as one family: ``q_two`` is the Benjamini-Hochberg adjusted ``p_two`` over every row of the written table
+(``interp.experiments.stats.bh_adjust``, ``scipy.stats.false_discovery_control``), recomputed whenever a model's rows
+change, and ``verdict`` reads it at ``ALPHA`` = 0.05: ``greater`` / ``less`` (the role's mean above / below the random
+sets') or ``not distinguished``. ``--draws`` 20000 lets the smallest two-sided p-value (2 / 20001) survive the
+correction of about 60 tests.
 
 Writes ``figures/effects_roles.csv`` (rows of models not run are kept) and the effects tables it completed.
 
     python analyses/effects/effects_roles.py [--models ...] [--interventions zero,streaming] [--prompts 2] [--tokens 128]
-        [--draws 2000] [--quick] [--out DIR]
+        [--draws 20000] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,11 +32,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import atlas_of, load_cpu, parser, replace_rows, run_models, write_rows  # noqa: E402
+
+ALPHA = 0.05  # false-discovery rate of the role tests' verdicts
+
+
+def corrected(df: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """``df`` (``effects_roles.csv`` rows of every model) with ``q_two``, the Benjamini-Hochberg adjusted ``p_two`` over
+    all its rows (one family), and ``verdict``: ``greater`` / ``less`` where ``q_two <= alpha`` (by the sign of
+    ``diff``, the role heads minus the other heads of their layers), ``not distinguished`` where not, empty where the role was not tested."""
+    from interp.experiments.stats import bh_adjust
+
+    q = bh_adjust(df["p_two"].to_numpy(dtype=float)) if "p_two" in df else np.full(len(df), np.nan)
+    up = (df["diff"] > 0).to_numpy() if "diff" in df else np.zeros(len(df), bool)
+    verdict = np.where(np.isnan(q), "", np.where(q <= alpha, np.where(up, "greater", "less"), "not distinguished"))
+    return df.assign(q_two=q, verdict=verdict)
 
 
 def effects_table(name: str, out: Path, kinds: tuple[str, ...], prompts: int, tokens: int, model=None) -> tuple[pd.DataFrame, object]:
@@ -64,7 +89,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 2 x 32 tokens, every head, its own small atlas (seconds)")
     ap.add_argument("--interventions", default="zero,streaming", help="interventions the effects tables must hold")
     table_options(ap)
-    ap.add_argument("--draws", type=int, default=2000, help="random layer-matched head sets per role")
+    ap.add_argument("--draws", type=int, default=20000, help="random layer-matched head sets per role")
     args = ap.parse_args(argv)
     if args.quick:
         args.prompts, args.tokens, args.draws = 2, 32, 200
@@ -79,8 +104,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         r = role_effects(table, atlas, draws=args.draws)
         frames.append(r.assign(model=name, prompts=int(table["prompts"].iloc[0]), tokens=int(table["tokens"].iloc[0])))
     df = pd.concat(frames, ignore_index=True)
-    write_rows(df, args.out / "effects_roles.csv")
-    show = df[df["heads"] > 0].filter(["model", "intervention", "role", "heads", "mean_dnll", "random_lo", "random_hi", "p_greater"])
+    path = args.out / "effects_roles.csv"
+    if path.exists():  # the family is every row of the table: other models' rows are corrected too
+        df = replace_rows(pd.read_csv(path), df, ["model"])
+    df = write_rows(corrected(df.drop(columns=["q_two", "verdict"], errors="ignore")), path, merge=False)
+    show = df[df["heads"] > 0].filter(["model", "intervention", "role", "heads", "heads_compared", "mean_compared",
+                                      "random_lo", "random_hi", "diff", "p_two", "q_two", "verdict"])
     print(show.to_string(index=False))
     return df
 

@@ -14,16 +14,22 @@ head streamed alone, sink 4 and window 64, on pydoc prompts) and the atlas (``di
 - the joint test (DuoAttention streams its streaming heads together): on ``--joint-prompts`` held-out pydoc prompts
   (seed 1) of the same length, ``interp.experiments.effects.set_effects`` streams at once the ``n`` heads of lowest
   distant mass (``order = rule``), the ``n`` heads of lowest single-head ``dnll`` (``causal``; ranked on the effects
-  prompts, measured on the held-out ones) and ``--draws`` random sets of ``n`` heads (``random``), for ``n`` = the
-  rule's count and a quarter, half and three quarters of the heads (the ``rule`` order also at an eighth and three
-  eighths): ``dnll`` with a 95% bootstrap interval over prompts,
-  and ``mass_max``, the largest distant mass in the set (for ``rule``: the threshold that streams those heads).
+  prompts, measured on the held-out ones) and ``--draws`` (20) random sets of ``n`` heads drawn uniformly from all
+  heads (``random``), for ``n`` = the rule's count and a quarter, half and three quarters of the heads (the ``rule``
+  order also at an eighth and three eighths): ``dnll`` with a 95% bootstrap interval over prompts, and ``mass_max``,
+  the largest distant mass in the set (for ``rule``: the threshold that streams those heads). Per ``n``,
+  ``figures/effects_streaming_joint_summary.csv`` gives the rule's and the causal order's ``dnll`` beside the random
+  sets' mean and 2.5 / 97.5 percentiles (the range of one random set, ``interp.experiments.controls.draw_interval``)
+  and ``p_rule_below`` / ``p_causal_below``: the share of random sets (the tested set counted as one) whose ``dnll``
+  is at most the order's, a one-sided Monte Carlo p-value of "streaming these heads costs less than streaming as many
+  random heads".
 
 Writes ``figures/effects_streaming.csv`` (one row per model), ``figures/effects_streaming_joint.csv``,
+``figures/effects_streaming_joint_summary.csv``,
 ``figures/effects_streaming_heads.csv`` (per head: distant mass, the rule's label, the streaming ``dnll``) and the
 scatter "where it looks vs what it does" ``figures/effects_streaming.{html,png}`` of every model in that table.
 
-    python analyses/effects/streaming_criterion.py [--models ...] [--joint-prompts 4] [--draws 2] [--quick] [--out DIR]
+    python analyses/effects/streaming_criterion.py [--models ...] [--joint-prompts 4] [--draws 20] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -73,6 +79,30 @@ def head_sets(t: pd.DataFrame, counts: list[int], draws: int, seed: int = 0,
     return out + [("rule", n, 0, by_mass[:n]) for n in rule_counts if n not in counts]
 
 
+def joint_summary(joint: pd.DataFrame) -> pd.DataFrame:
+    """Per model and ``n`` with random sets: the ``rule`` and ``causal`` sets' ``dnll`` (nats) beside the random sets'
+    mean, 2.5 / 97.5 percentiles, min and max (``draw_interval``: one value per set) and ``p_rule_below`` /
+    ``p_causal_below`` (``interp.experiments.stats.permutation_p``, the ``less`` side: the share of random sets, the
+    tested set counted as one, whose ``dnll`` is at most the order's)."""
+    from interp.experiments.controls import draw_interval
+    from interp.experiments.stats import permutation_p
+
+    rows = []
+    for (name, n), g in joint.groupby(["model", "n"], sort=False):
+        rnd = g.loc[g["order"] == "random", "dnll"].to_numpy()
+        if not len(rnd):
+            continue
+        row = {"model": name, "n": int(n), "share": float(g["share"].iloc[0]), "rule_count": bool(g["rule_count"].iloc[0]),
+               "draws": len(rnd), "prompts": int(g["prompts"].iloc[0]), "tokens": int(g["tokens"].iloc[0])}
+        row["random_mean"], row["random_lo"], row["random_hi"] = draw_interval(rnd)
+        row["random_min"], row["random_max"] = float(rnd.min()), float(rnd.max())
+        for order in ("rule", "causal"):
+            v = float(g.loc[g["order"] == order, "dnll"].iloc[0])
+            row[f"{order}_dnll"], row[f"p_{order}_below"] = v, permutation_p(rnd, v)[1]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def scatter(tables: dict[str, pd.DataFrame]):
     """One panel per model: distant mass (where the head looks) against the streaming ``dnll`` (what streaming it
     costs), coloured by the rule's label."""
@@ -98,11 +128,11 @@ def scatter(tables: dict[str, pd.DataFrame]):
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 2 x 96 tokens, its own small atlas (seconds)")
     ap.add_argument("--joint-prompts", type=int, default=4, help="held-out pydoc prompts of the joint test")
-    ap.add_argument("--draws", type=int, default=2, help="random head sets per count in the joint test")
+    ap.add_argument("--draws", type=int, default=20, help="random head sets per count in the joint test")
     table_options(ap)
     args = ap.parse_args(argv)
     if args.quick:
-        args.prompts, args.tokens, args.joint_prompts = 2, 96, 2
+        args.prompts, args.tokens, args.joint_prompts, args.draws = 2, 96, 2, 3
     import interp
     from scipy.stats import spearmanr
     from sklearn.metrics import roc_auc_score
@@ -155,7 +185,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             row[f"joint_{order}"] = float(np.mean(vals)) if vals else np.nan
         rows.append(row)
     df = write_rows(pd.DataFrame(rows), args.out / "effects_streaming.csv")
-    write_rows(pd.DataFrame(joint), args.out / "effects_streaming_joint.csv")
+    joint = write_rows(pd.DataFrame(joint), args.out / "effects_streaming_joint.csv")
+    write_rows(joint_summary(joint[joint["model"].isin([r["model"] for r in rows])]),
+               args.out / "effects_streaming_joint_summary.csv")
     cols = ["model", "layer", "head", "distant_mass", "is_streaming", "dnll", "dnll_lo", "dnll_hi", "kl"]
     heads = write_rows(pd.concat([t.assign(model=m) for m, t in scatters.items()])[cols], args.out / "effects_streaming_heads.csv")
     save_figure(scatter({m: heads[heads["model"] == m] for m in heads["model"].unique()}), args.out, "effects_streaming")

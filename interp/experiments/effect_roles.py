@@ -2,10 +2,12 @@
 the roles of ``interp.experiments.atlas``.
 
 - ``role_effects``: per intervention and role, the mean ``dnll`` of the role's heads against layer-matched random
-  heads (each role head replaced by a head drawn from its own layer, ``draws`` times, seeded): the 2.5 / 97.5
-  percentiles of the random means and the share of draws whose mean reaches the role's (a one-sided permutation
-  p-value), and a bootstrap interval of the role's mean over its heads. Layer matching matters: on short natural text the early layers dominate the effects, so a role that
-  lives in early layers would look important against heads drawn from everywhere.
+  heads without the role (each role head replaced by a head drawn from the other heads of its own layer, ``draws``
+  times, seeded): the 2.5 / 97.5 percentiles of the random means, one-sided Monte Carlo p-values both ways and a
+  two-sided one, and a bootstrap interval of the role's mean over its heads. Layer matching matters: on short natural
+  text the early layers dominate the effects, so a role that lives in early layers would look important against heads
+  drawn from everywhere; excluding the role's own heads matters for large roles (issue 45), whose random sets would
+  otherwise be largely the role again.
 - ``streaming_auc``: DuoAttention's criterion (Xiao et al. 2024) read causally. A head is streaming when restricting
   it to the sink and recent keys leaves the output unchanged; the atlas labels heads streaming from where their
   attention goes (distant mass). The ROC AUC of the label for predicting a small causal effect: the probability that a
@@ -34,7 +36,14 @@ def _joined(effects: pd.DataFrame, atlas: pd.DataFrame) -> pd.DataFrame:
 
 def role_effects(effects: pd.DataFrame, atlas: pd.DataFrame, roles: tuple[str, ...] | None = None, draws: int = 2000,
                  seed: int = 0) -> pd.DataFrame:
-    """Mean effect of each role's heads against layer-matched random heads (module docstring).
+    """Mean effect of each role's heads against random heads of the same layers without the role (module docstring).
+
+    For each role and intervention, each role head in a layer that also holds heads without the role is matched by a
+    head drawn (with replacement, ``interp.experiments.controls.matched_draws``, ``match="layer"``) from those other
+    heads of its layer, ``draws`` times: random sets with the role's layer histogram that never contain a head of the
+    role (drawing from all heads of the layer, role heads included, weakens the test most for large roles such as
+    streaming and sink). Role heads in layers where every head has the role cannot be matched; they are counted in
+    ``heads`` but left out of the comparison (``heads_compared``, ``mean_compared``).
 
     Args:
         effects: ``effects.csv`` rows (``layer, head, intervention, dnll``...).
@@ -43,39 +52,54 @@ def role_effects(effects: pd.DataFrame, atlas: pd.DataFrame, roles: tuple[str, .
         draws: random layer-matched head sets per role and intervention; seed: their RNG seed.
 
     Returns:
-        One row per (intervention, role): ``intervention, role, heads, mean_dnll, mean_lo, mean_hi`` (95% percentile
-        bootstrap of the mean over the role's heads, ``draws`` resamples), ``median_dnll, random_mean, random_lo,
-        random_hi, p_greater`` (share of random draws whose mean dnll >= the role's mean).
+        One row per (intervention, role): ``intervention, role, heads, mean_dnll, mean_lo, mean_hi`` (mean ``dnll``
+        over all the role's heads, nats, with a 95% percentile bootstrap over them, ``draws`` resamples),
+        ``median_dnll``, ``heads_compared, mean_compared`` (the role heads of layers with other heads, and their mean),
+        ``random_mean, random_lo, random_hi`` (mean and 2.5 / 97.5 percentiles of the means of ``draws`` random sets
+        of other heads: the control, in the role's units), ``diff`` (the role heads minus the other heads of their
+        layers, ``interp.experiments.controls.layer_difference``) and its p-values under membership shuffled within
+        layers: ``p_greater, p_less`` (one-sided, ``interp.experiments.stats.permutation_p``) and ``p_two`` (on
+        ``|diff|``). The p-values come from the shuffles, not from the random sets: a role of one head among a
+        layer's four cannot be told from its layer-mates at p below about 1/4, whatever its rank among the three
+        others. NaN where the role has no heads (or none that can be compared). The multiple-testing correction is the caller's: it depends
+        on which tests are read together (``interp.experiments.stats.bh_adjust``).
 
     Raises:
         ConfigError: tables without the needed columns.
     """
+    from interp.experiments.controls import layer_difference, layer_pools, matched_draws
+    from interp.experiments.stats import permutation_p
+
     t = _joined(effects, atlas)
     roles = roles or tuple(c[len("role_"):] for c in atlas.columns if c.startswith("role_") and atlas[c].dtype == bool)
     rng = np.random.default_rng(seed)
     rows = []
     for kind, d in t.groupby("intervention", sort=False):
-        by_layer = {l: g["dnll"].to_numpy() for l, g in d.groupby("layer")}
+        d = d.reset_index(drop=True)
+        x_all, layers = d["dnll"].to_numpy(), d["layer"].to_numpy()
         for role in roles:
-            on = d[d[f"role_{role}"].astype(bool)]
-            if on.empty:
-                rows.append({"intervention": kind, "role": role, "heads": 0})
+            flag = d[f"role_{role}"].astype(bool).to_numpy()
+            on = np.flatnonzero(flag)
+            row = {"intervention": kind, "role": role, "heads": len(on)}
+            if not len(on):
+                rows.append(row)
                 continue
-            layers = on["layer"].to_numpy()
-            rand = np.zeros(draws)
-            for l in np.unique(layers):
-                k = int((layers == l).sum())
-                pool = by_layer[l]
-                rand += pool[rng.integers(0, len(pool), size=(draws, k))].sum(1)
-            rand /= len(on)
-            m = float(on["dnll"].mean())
-            x = on["dnll"].to_numpy()
+            x = x_all[on]
             boot = x[rng.integers(0, len(x), size=(draws, len(x)))].mean(1)
-            rows.append({"intervention": kind, "role": role, "heads": len(on), "mean_dnll": m,
-                         "mean_lo": float(np.quantile(boot, 0.025)), "mean_hi": float(np.quantile(boot, 0.975)),
-                         "median_dnll": float(on["dnll"].median()), "random_mean": float(rand.mean()),
-                         "random_lo": float(np.quantile(rand, 0.025)), "random_hi": float(np.quantile(rand, 0.975)),
-                         "p_greater": float((rand >= m).mean())})
+            row.update(mean_dnll=float(x.mean()), mean_lo=float(np.quantile(boot, 0.025)),
+                       mean_hi=float(np.quantile(boot, 0.975)), median_dnll=float(np.median(x)))
+            pools = layer_pools(layers, on, flag)
+            cmp_ = on[[len(pools[int(l)][0]) > 0 for l in layers[on]]]
+            row["heads_compared"] = len(cmp_)
+            if len(cmp_):
+                rand = x_all[matched_draws(layers, cmp_, flag, draws, seed=int(rng.integers(0, 2**31)), replace=True)].mean(1)
+                diff, null = layer_difference(x_all, layers, flag, draws, seed=int(rng.integers(0, 2**31)))
+                pg, pl = permutation_p(null, diff)
+                row.update(mean_compared=float(x_all[cmp_].mean()), random_mean=float(rand.mean()),
+                           random_lo=float(np.quantile(rand, 0.025)), random_hi=float(np.quantile(rand, 0.975)),
+                           diff=diff, p_greater=pg, p_less=pl,
+                           p_two=float((1 + (np.abs(null) >= abs(diff) - 1e-15).sum()) / (1 + len(null))))
+            rows.append(row)
     return pd.DataFrame(rows)
 
 

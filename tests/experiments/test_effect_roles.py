@@ -22,16 +22,30 @@ def _tables():
     return pd.DataFrame(rows), pd.DataFrame(flags)
 
 
-def test_layer_matched_random_heads():
+def test_layer_matched_random_heads_without_the_role():
     eff, atlas = _tables()
     r = role_effects(eff, atlas, roles=("big", "early"), draws=4000, seed=1).set_index(["intervention", "role"])
     big = r.loc[("zero", "big")]
-    assert big["heads"] == 3 and big["mean_dnll"] == pytest.approx(0.5)
-    # random heads of layers 1..3 have mean (0 + 0.01 + 0.02 + 0.5) / 4 = 0.1325 each
-    assert big["random_mean"] == pytest.approx(0.1325, abs=0.01) and big["p_greater"] < 0.05
+    assert big["heads"] == big["heads_compared"] == 3 and big["mean_dnll"] == pytest.approx(0.5)
+    # random heads of layers 1..3 without the role: (0 + 0.01 + 0.02) / 3 = 0.01 each, never the role's 0.5
+    # (drawn from all heads of the layer, role included, the mean would be 0.1325)
+    assert big["random_mean"] == pytest.approx(0.01, abs=0.002) and big["random_hi"] <= 0.02 + 1e-12
+    assert big["diff"] == pytest.approx(0.49)
+    # membership shuffled within layers: the role sits on each layer's largest head in 1 / 4^3 of the shuffles
+    assert big["p_greater"] == pytest.approx(1 / 64, abs=0.006) and big["p_two"] == pytest.approx(1 / 64, abs=0.006)
     early = r.loc[("zero", "early")]
-    # a layer-0 head against layer-0 heads: all 1.0, so the role is no different from random heads of its layer
-    assert early["mean_dnll"] == early["random_mean"] == 1.0 and early["p_greater"] == 1.0
+    # a layer-0 head against layer-0 heads: all 1.0, so the role is no different from the other heads of its layer
+    assert early["mean_dnll"] == early["random_mean"] == 1.0 and early["diff"] == 0.0 and early["p_two"] == 1.0
+
+
+def test_roles_of_whole_layers_are_left_out_of_the_comparison():
+    eff, atlas = _tables()
+    atlas = atlas.assign(role_layer0=atlas["layer"] == 0, role_mixed=(atlas["layer"] == 0) | (atlas["head"] == 3))
+    r = role_effects(eff, atlas, roles=("layer0", "mixed"), draws=200).set_index(["intervention", "role"])
+    assert r.loc[("zero", "layer0"), "heads"] == 4 and r.loc[("zero", "layer0"), "heads_compared"] == 0
+    assert np.isnan(r.loc[("zero", "layer0"), "p_two"])
+    mixed = r.loc[("zero", "mixed")]
+    assert mixed["heads"] == 7 and mixed["heads_compared"] == 3 and mixed["mean_compared"] == pytest.approx(0.5)
 
 
 def test_streaming_auc():
