@@ -69,3 +69,10 @@ def test_kv_budget_quick(tmp_path):
         assert r.kv_saved == pytest.approx(r.kv_heads_streamed / 4 * (96 - 68) / 96)
         assert r.dnll_lo <= r.dnll + 1e-12 <= r.dnll_hi + 2e-12 and r.recall_lo <= r.recall + 1e-12
     assert (tmp_path / "kv_budget_curves.html").exists()
+    s = pd.read_csv(tmp_path / "kv_budget_summary.csv").set_index("order")
+    assert (s["attention"] == "GQA").all() and (s["duo_streamed_share"] == 0.5).all()
+    # the effects order stays inside its own interval at every share, by construction of the criterion
+    assert s.loc["effects", "max_share_effects_loss"] == max(mod.SHARES)
+    assert s.loc["geometric", "dnll_at_duo"] == pytest.approx(c.query("order == 'geometric' and share == 0.5")["dnll"].iloc[0])
+    again = mod.main(["--summary-only", "--out", str(tmp_path)])  # recomputed from the written curves alone
+    pd.testing.assert_frame_equal(again.reset_index(drop=True), s.reset_index().reset_index(drop=True)[again.columns])

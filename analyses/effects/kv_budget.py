@@ -18,10 +18,15 @@ Per model:
    needles each; 95% bootstrap intervals over prompts / trials (``interp.experiments.stats.bootstrap_interval``);
    ``kv_saved``: the KV-cache share saved at the loss length (``kv_cache_saved``).
 
-Writes ``figures/kv_budget_heads.csv``, ``figures/kv_budget_validation.csv``, ``figures/kv_budget_curves.csv`` and the
-figure ``figures/kv_budget_curves.{html,png}``.
+3. Summary (``kv_budget_summary.csv``, ``summary``): per order, the cost at DuoAttention's published streamed share
+   (75% of heads streamed for MHA, 50% for GQA; MQA read as GQA) and the largest share up to which the order stays
+   within the single-effect order's interval (loss, recall) or keeps the clean recall.
+
+Writes ``figures/kv_budget_heads.csv``, ``figures/kv_budget_validation.csv``, ``figures/kv_budget_curves.csv``,
+``figures/kv_budget_summary.csv`` and the figure ``figures/kv_budget_curves.{html,png}``.
 
     python analyses/effects/kv_budget.py [--models ...] [--tokens 1024] [--loss-tokens 1024] [--niah-length 512] [--quick]
+        [--no-curves] [--summary-only]
 """
 
 from __future__ import annotations
@@ -128,6 +133,51 @@ def curves(name: str, model, t: pd.DataFrame, args) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+DUO_STREAMED = {"MHA": 0.75, "GQA": 0.5}  # DuoAttention's published splits: 25% of heads full for MHA, 50% for GQA
+
+
+def attention_kind(card) -> str:
+    """``MHA`` (one kv head per query head), ``MQA`` (one kv head per layer) or ``GQA``."""
+    return "MHA" if card.n_kv_heads == card.n_heads else "MQA" if card.n_kv_heads == 1 else "GQA"
+
+
+def summary(c: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
+    """Per model and order (random: the mean of its draws): the loss change, recall and KV saved at DuoAttention's
+    published streamed share for the model's attention kind (``DUO_STREAMED``; MQA read as GQA); ``max_share_effects_loss``
+    / ``max_share_effects_recall``: the largest share up to which (every share at or below it) the order's mean loss
+    change stays within the ``effects`` order's 95% interval (``dnll <= dnll_hi``) / its mean recall reaches the
+    ``effects`` order's lower bound; ``max_share_clean_recall``: the largest share up to which the recall stays at or
+    above the clean model's."""
+    rows = []
+    for model, d in c.groupby("model", sort=False):
+        g = d.groupby(["order", "share"]).mean(numeric_only=True).reset_index()
+        eff = g[g["order"] == "effects"].set_index("share")
+        clean = float(g[g["share"] == 0]["recall"].iloc[0])
+        kind = kinds.get(model, "GQA")
+        duo = DUO_STREAMED["MHA" if kind == "MHA" else "GQA"]
+        for order, o in g.groupby("order", sort=False):
+            o = o.set_index("share").sort_index()
+
+            def reach(ok) -> float:
+                last = 0.0
+                for share, good in ok.items():
+                    if not good:
+                        break
+                    last = share
+                return float(last)
+
+            at = o.loc[duo] if duo in o.index else None
+            rows.append({"model": model, "order": order, "attention": kind, "duo_streamed_share": duo,
+                         "dnll_at_duo": float(at["dnll"]) if at is not None else np.nan,
+                         "recall_at_duo": float(at["recall"]) if at is not None else np.nan,
+                         "kv_saved_at_duo": float(at["kv_saved"]) if at is not None else np.nan,
+                         "max_share_effects_loss": reach(o["dnll"] <= eff["dnll_hi"].reindex(o.index) + 1e-12),
+                         "max_share_effects_recall": reach(o["recall"] >= eff["recall_lo"].reindex(o.index) - 1e-12),
+                         "max_share_clean_recall": reach(o["recall"] >= clean - 1e-12),
+                         "clean_recall": clean, "clean_nll": float(o["clean_nll"].iloc[0])})
+    return pd.DataFrame(rows)
+
+
 def figure(c: pd.DataFrame):
     """Per model: dNLL (top) and NIAH recall (bottom) against the streamed share of kv heads, one line per order
     (random: mean of the draws), 95% intervals as error bars."""
@@ -167,14 +217,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--draws", type=int, default=3, help="random orders")
     ap.add_argument("--batch-rows", type=int, default=None, help="rows per forward of the loss curves")
     ap.add_argument("--no-curves", action="store_true", help="only the validation tables")
+    ap.add_argument("--summary-only", action="store_true", help="only kv_budget_summary.csv, from the committed curves")
     args = ap.parse_args(argv)
+    if args.summary_only:
+        c, h = pd.read_csv(args.out / "kv_budget_curves.csv"), pd.read_csv(args.out / "kv_budget_heads.csv")
+        kinds = {m: ("MHA" if g["kv_head"].max() == g["head"].max() else "MQA" if g["kv_head"].max() == 0 else "GQA")
+                 for m, g in h.groupby("model")}
+        return write_rows(summary(c, kinds), args.out / "kv_budget_summary.csv")
     if args.quick:
         args.prompts, args.tokens, args.loss_prompts, args.loss_tokens = 2, 96, 2, 96
         args.niah_length, args.depths, args.needles, args.draws = 256, [0.5], 1, 2
     import interp
     from interp.engine import ScanConfig
 
-    heads, vals, curve = [], [], []
+    heads, vals, curve, kinds = [], [], [], {}
     for name in run_models(args):
         model = load_cpu(name)
         eff, _ = effects_table(name, args.out, ("streaming",), 2, 96, model=model) if args.quick else \
@@ -198,6 +254,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         if not args.no_curves:
             curve.append(curves(name, model, t, args))
             c = write_rows(pd.concat(curve), args.out / "kv_budget_curves.csv")
+            kinds[name] = attention_kind(model.card)
+            write_rows(summary(c[c["model"].isin(kinds)], kinds), args.out / "kv_budget_summary.csv")
             save_figure(figure(c), args.out, "kv_budget_curves")
             print(curve[-1].groupby(["order", "share"])[["dnll", "recall", "kv_saved"]].mean().to_string(), flush=True)
     return pd.DataFrame(vals)
