@@ -26,7 +26,7 @@ Writes ``figures/kv_budget_heads.csv``, ``figures/kv_budget_validation.csv``, ``
 ``figures/kv_budget_summary.csv`` and the figure ``figures/kv_budget_curves.{html,png}``.
 
     python analyses/effects/kv_budget.py [--models ...] [--tokens 1024] [--loss-tokens 1024] [--niah-length 512] [--quick]
-        [--no-curves] [--summary-only]
+        [--no-curves] [--summary-only] [--merge-from RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from effects_roles import effects_table  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import load_cpu, parser, run_models, save_figure, write_rows  # noqa: E402
+from _common import load_cpu, merge_sources, parser, run_models, save_figure, write_rows  # noqa: E402
 
 SHARES = (0.0, 0.25, 0.5, 0.75, 0.9)
+TABLES = ("kv_budget_heads.csv", "kv_budget_validation.csv", "kv_budget_curves.csv")  # per model, joined by --merge-from
 SCORES = {"geometric": "geo_distant_mass", "geometric_zeroth": "geo0_distant_mass", "distant_mass": "distant_mass",
           "kvpress": "kvpress_score"}
 SINK, WINDOW = 4, 64  # the effects tables' A-shape (interp.experiments.effects.EffectsConfig defaults)
@@ -88,6 +89,17 @@ def orders(t: pd.DataFrame, card, draws: int) -> dict[str, np.ndarray]:
     for d in range(draws):
         out[f"random{d}"] = rng.random((card.n_layers, card.n_kv_heads))
     return out
+
+
+def reused_heads(args, name: str) -> pd.DataFrame | None:
+    """``--out``'s ``kv_budget_heads.csv`` rows of ``name`` when they come from a scan of the same ``--prompts`` x
+    ``--tokens`` (a run that adds the curves to a model validated before does not scan again), else None."""
+    path = args.out / "kv_budget_heads.csv"
+    if args.quick or not path.exists():
+        return None
+    t = pd.read_csv(path)
+    t = t[(t["model"] == name) & (t["scan_prompts"] == args.prompts) & (t["scan_tokens"] == args.tokens)]
+    return t.reset_index(drop=True) if len(t) else None
 
 
 def curves(name: str, model, t: pd.DataFrame, args) -> pd.DataFrame:
@@ -218,7 +230,16 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--batch-rows", type=int, default=None, help="rows per forward of the loss curves")
     ap.add_argument("--no-curves", action="store_true", help="only the validation tables")
     ap.add_argument("--summary-only", action="store_true", help="only kv_budget_summary.csv, from the committed curves")
+    ap.add_argument("--merge-from", type=Path, nargs="+", default=[], help="run folders whose tables join --out's (their "
+                    "models' rows replace --out's), then the summary")
     args = ap.parse_args(argv)
+    if args.merge_from:
+        merge_sources(list(TABLES), args.merge_from)
+        for name in TABLES:
+            parts = [pd.read_csv(d / name) for d in args.merge_from if (d / name).exists()]
+            if parts:
+                write_rows(pd.concat(parts), args.out / name)
+        args.summary_only = True
     if args.summary_only:
         c, h = pd.read_csv(args.out / "kv_budget_curves.csv"), pd.read_csv(args.out / "kv_budget_heads.csv")
         kinds = {m: ("MHA" if g["kv_head"].max() == g["head"].max() else "MQA" if g["kv_head"].max() == 0 else "GQA")
@@ -235,15 +256,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         model = load_cpu(name)
         eff, _ = effects_table(name, args.out, ("streaming",), 2, 96, model=model) if args.quick else \
             effects_table(name, args.out, ("streaming",), args.prompts, args.tokens, model=model)
-        p = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
-        print(f"{name}: scan of {args.prompts} x {args.tokens} pydoc tokens (shape, kv_budget)", flush=True)
-        res = interp.scan(model, p, ScanConfig(shape=True, kv_budget=True))
-        cols = ["layer", "head", "kv_head", "distant_mass", "geo_distant_mass", "geo0_distant_mass", "kvpress_score",
-                "slash_score", "slash_delta", "geo_slash_score", "geo_slash_delta", "ashape_coverage", "vs_coverage"]
-        e = eff[eff["intervention"] == "streaming"][["layer", "head", "dnll", "dnll_lo", "dnll_hi", "prompts", "tokens"]]
-        t = res.heads[cols].merge(e.rename(columns={"prompts": "effects_prompts", "tokens": "effects_tokens"}),
-                                  on=["layer", "head"])
-        t = t.assign(model=name, scan_prompts=args.prompts, scan_tokens=args.tokens)
+        t = reused_heads(args, name)
+        if t is None:
+            p = interp.corpus.prompts(model, "pydoc", args.prompts, args.tokens)
+            print(f"{name}: scan of {args.prompts} x {args.tokens} pydoc tokens (shape, kv_budget)", flush=True)
+            res = interp.scan(model, p, ScanConfig(shape=True, kv_budget=True))
+            cols = ["layer", "head", "kv_head", "distant_mass", "geo_distant_mass", "geo0_distant_mass", "kvpress_score",
+                    "slash_score", "slash_delta", "geo_slash_score", "geo_slash_delta", "ashape_coverage", "vs_coverage"]
+            e = eff[eff["intervention"] == "streaming"][["layer", "head", "dnll", "dnll_lo", "dnll_hi", "prompts", "tokens"]]
+            t = res.heads[cols].merge(e.rename(columns={"prompts": "effects_prompts", "tokens": "effects_tokens"}),
+                                      on=["layer", "head"])
+            t = t.assign(model=name, scan_prompts=args.prompts, scan_tokens=args.tokens)
+        else:
+            print(f"{name}: scan rows of {args.out / 'kv_budget_heads.csv'} reused ({args.prompts} x {args.tokens})", flush=True)
+        e = t.rename(columns={"effects_prompts": "prompts", "effects_tokens": "tokens"})
         heads.append(t)
         vals.append(validation(name, t, model.card, args.draws) | {"scan_prompts": args.prompts, "scan_tokens": args.tokens,
                                                                     "effects_prompts": int(e["prompts"].iloc[0]),
