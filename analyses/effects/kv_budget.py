@@ -26,7 +26,7 @@ Writes ``figures/kv_budget_heads.csv``, ``figures/kv_budget_validation.csv``, ``
 ``figures/kv_budget_summary.csv`` and the figure ``figures/kv_budget_curves.{html,png}``.
 
     python analyses/effects/kv_budget.py [--models ...] [--tokens 1024] [--loss-tokens 1024] [--niah-length 512] [--quick]
-        [--no-curves] [--summary-only] [--merge-from RUN_DIR ...]
+        [--no-curves] [--parts loss niah] [--summary-only] [--merge-from RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -117,27 +117,32 @@ def curves(name: str, model, t: pd.DataFrame, args) -> pd.DataFrame:
         for share in SHARES:
             kv = streamed(s, share)
             sets[(order, share)] = kv
-    held = interp.corpus.prompts(model, "pydoc", args.loss_prompts, args.loss_tokens, seed=1)
     keys = [k for k in sets if k[1] > 0]
-    print(f"{name}: loss of {len(keys)} kv-head sets on {args.loss_prompts} x {args.loss_tokens} held-out tokens", flush=True)
-    dn, _, nll = set_effects(model, held, [query_heads(sets[k], card) for k in keys], "streaming",
-                             EffectsConfig(sink=SINK, window=WINDOW, batch_rows=args.batch_rows))
-    loss = {k: dn[i] for i, k in enumerate(keys)}
-    cfg = RetrievalConfig(lengths=(args.niah_length,), depths=tuple(args.depths), needles=args.needles, max_new_tokens=12)
-    named = {"none": []} | {f"{o}@{s}": query_heads(sets[(o, s)], card) for o, s in keys}
-    print(f"{name}: NIAH of {len(named)} sets x {len(args.depths) * args.needles} trials at {args.niah_length} tokens", flush=True)
-    rec = masked_recall(model, cfg, named, "streaming", log=print)
+    nan = np.full(args.loss_prompts, np.nan)
+    loss, nll, rec = {}, nan, pd.DataFrame({"set": pd.Series(dtype=str), "rouge1_recall": pd.Series(dtype=float)})
+    if "loss" in args.parts:
+        held = interp.corpus.prompts(model, "pydoc", args.loss_prompts, args.loss_tokens, seed=1)
+        print(f"{name}: loss of {len(keys)} kv-head sets on {args.loss_prompts} x {args.loss_tokens} held-out tokens", flush=True)
+        dn, _, nll = set_effects(model, held, [query_heads(sets[k], card) for k in keys], "streaming",
+                                 EffectsConfig(sink=SINK, window=WINDOW, batch_rows=args.batch_rows))
+        loss = {k: dn[i] for i, k in enumerate(keys)}
+    if "niah" in args.parts:
+        cfg = RetrievalConfig(lengths=(args.niah_length,), depths=tuple(args.depths), needles=args.needles, max_new_tokens=12)
+        named = {"none": []} | {f"{o}@{s}": query_heads(sets[(o, s)], card) for o, s in keys}
+        print(f"{name}: NIAH of {len(named)} sets x {len(args.depths) * args.needles} trials at {args.niah_length} tokens",
+              flush=True)
+        rec = masked_recall(model, cfg, named, "streaming", log=print)
     rows = []
     for (order, share), kv in sets.items():
-        d = loss.get((order, share), np.zeros(len(held)))
+        d = loss.get((order, share), np.zeros(args.loss_prompts) if "loss" in args.parts else nan)
         r = rec[rec["set"] == ("none" if share == 0 else f"{order}@{share}")]["rouge1_recall"].to_numpy()
         (dlo,), (dhi,) = bootstrap_interval(d[None], 1000)
-        (rlo,), (rhi,) = bootstrap_interval(r[None], 1000)
+        (rlo,), (rhi,) = bootstrap_interval(r[None], 1000) if len(r) else ((np.nan,), (np.nan,))
         rows.append({"model": name, "order": order.rstrip("0123456789") if order.startswith("random") else order,
                      "draw": int(order[6:]) if order.startswith("random") else 0, "share": share,
                      "kv_heads_streamed": len(kv), "kv_heads": card.n_layers * card.n_kv_heads,
                      "dnll": float(d.mean()), "dnll_lo": float(dlo), "dnll_hi": float(dhi), "clean_nll": float(nll.mean()),
-                     "recall": float(r.mean()), "recall_lo": float(rlo), "recall_hi": float(rhi), "trials": len(r),
+                     "recall": float(r.mean()) if len(r) else np.nan, "recall_lo": float(rlo), "recall_hi": float(rhi), "trials": len(r),
                      "kv_saved": kv_cache_saved(card, kv, args.loss_tokens, SINK, WINDOW),
                      "kv_saved_niah": kv_cache_saved(card, kv, args.niah_length, SINK, WINDOW),
                      "loss_prompts": args.loss_prompts, "loss_tokens": args.loss_tokens, "niah_length": args.niah_length,
@@ -229,6 +234,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--draws", type=int, default=3, help="random orders")
     ap.add_argument("--batch-rows", type=int, default=None, help="rows per forward of the loss curves")
     ap.add_argument("--no-curves", action="store_true", help="only the validation tables")
+    ap.add_argument("--parts", nargs="+", choices=["loss", "niah"], default=["loss", "niah"],
+                    help="which curves to measure (runs of one part each join with --merge-from)")
     ap.add_argument("--summary-only", action="store_true", help="only kv_budget_summary.csv, from the committed curves")
     ap.add_argument("--merge-from", type=Path, nargs="+", default=[], help="run folders whose tables join --out's (their "
                     "models' rows replace --out's), then the summary")
@@ -238,9 +245,15 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         for name in TABLES:
             parts = [pd.read_csv(d / name) for d in args.merge_from if (d / name).exists()]
             if parts:
-                write_rows(pd.concat(parts), args.out / name)
+                df = pd.concat(parts)
+                if name == "kv_budget_curves.csv":  # a loss-only and a NIAH-only run of one model: each row's measured cells
+                    df = df.groupby(["model", "order", "draw", "share"], sort=False).first().reset_index()
+                write_rows(df, args.out / name)
         args.summary_only = True
     if args.summary_only:
+        if not (args.out / "kv_budget_curves.csv").exists():
+            print(f"no {args.out / 'kv_budget_curves.csv'} yet: no summary")
+            return pd.DataFrame()
         c, h = pd.read_csv(args.out / "kv_budget_curves.csv"), pd.read_csv(args.out / "kv_budget_heads.csv")
         kinds = {m: ("MHA" if g["kv_head"].max() == g["head"].max() else "MQA" if g["kv_head"].max() == 0 else "GQA")
                  for m, g in h.groupby("model")}
