@@ -142,8 +142,24 @@ def check_input_dir(path: str | Path, what: str, needs: tuple[str, ...] = (), hi
     return p
 
 
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a folder) to the disk: after a crash of the machine, not only of the process, a renamed
+    file then has its content, and a rename its folder entry (POSIX; a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows cannot open a folder
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, then ``os.replace``.
+    """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which is fsynced, then
+    ``os.replace`` and an fsync of the folder (so the new entry survives a power loss too).
 
     The temporary name keeps the target's suffix (``.heads.<id>.tmp.csv``), so writers that infer a format from
     the suffix behave the same. Parent folders are created. Returns ``path``.
@@ -157,10 +173,12 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     tmp = p.with_name(f".{p.stem}.{uuid.uuid4().hex[:8]}.tmp{p.suffix}")
     try:
         write(tmp)
+        _fsync(tmp)
         os.replace(tmp, p)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _fsync(p.parent)
     return p
 
 
@@ -174,7 +192,8 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], object]) -> Path:
 
     A process that dies inside ``fill`` leaves a ``.NAME.<id>.tmp`` folder and no ``path``, so a reader that sees
     ``path`` sees every file ``fill`` wrote (``interp scan --resume`` relies on it: a unit without its folder is
-    redone). An existing ``path`` is replaced. Parent folders are created. Returns ``path``.
+    redone). The files and the folder are fsynced before the rename, the parent after it. An existing ``path`` is
+    replaced. Parent folders are created. Returns ``path``.
 
     Raises:
         OSError: the file system refuses a write or the rename (and whatever ``fill`` raises); the temporary folder is
@@ -188,10 +207,14 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], object]) -> Path:
     try:
         tmp.mkdir()
         fill(tmp)
+        for f in sorted(tmp.rglob("*")):
+            _fsync(f)
+        _fsync(tmp)
         if p.exists():
             shutil.rmtree(p)
         os.replace(tmp, p)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _fsync(p.parent)
     return p

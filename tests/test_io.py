@@ -108,3 +108,19 @@ def test_interrupted_sweep_table_leaves_none(tmp_path, monkeypatch, result):
     assert _files(tmp_path) == ["length_16/scan.json", "length_16/state.pt"]
     with pytest.raises(FileNotFoundError, match="no sweep.json"):
         SweepResult.load(tmp_path)
+
+
+def test_atomic_writes_fsync_the_content_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    """The order a power loss needs: the temporary file's data on disk, then the rename, then the folder's entry."""
+    events = []
+    real_fsync, real_replace = interp.io.os.fsync, interp.io.os.replace
+    monkeypatch.setattr(interp.io.os, "fsync", lambda fd: (events.append(("fsync", Path(f"/proc/self/fd/{fd}").resolve().name)),
+                                                          real_fsync(fd)))
+    monkeypatch.setattr(interp.io.os, "replace", lambda a, b: (events.append(("replace", Path(b).name)), real_replace(a, b)))
+    write_text_atomic(tmp_path / "t.csv", "a,b\n")
+    assert events[0][0] == "fsync" and events[0][1].startswith(".t.") and events[1] == ("replace", "t.csv")
+    assert events[2] == ("fsync", tmp_path.name)
+    events.clear()
+    interp.io.write_dir_atomic(tmp_path / "unit", lambda d: (d / "x.pt").write_bytes(b"1"))
+    names = [n for kind, n in events if kind == "fsync"]
+    assert names[0] == "x.pt" and names[1].startswith(".unit.") and events[-2] == ("replace", "unit") and names[-1] == tmp_path.name

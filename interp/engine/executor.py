@@ -67,13 +67,21 @@ class _Worker:
     def scan(self, prompts, ids, config, shard, meta, beyond_context):
         return _scan_shard(self.model, prompts, ids, config, shard, meta, beyond_context, self.engine)
 
+    def run(self, fn, *args, **kwargs):
+        """``fn(model, *args, **kwargs)`` on the loaded model (a module-level function: Ray pickles it by reference);
+        how experiments other than the scan (``interp.experiments.sharded``) use the same workers."""
+        return fn(self.model, *args, **kwargs)
 
-def ray_workers(spec: ModelSpec, workers: int, address: str | None = None) -> list:
-    """``workers`` Ray actors holding the model (``ray.init`` first when Ray is not running yet).
+
+def ray_workers(spec: ModelSpec, workers: int, address: str | None = None, retries: int = RETRIES) -> list:
+    """``workers`` Ray actors holding the model (``ray.init`` first when Ray is not running yet). An actor whose
+    process dies is restarted (the model reloaded) and the call it was running retried, up to ``retries`` times each.
 
     Raises:
-        ConfigError: Ray is not installed (the message has the install command).
+        ConfigError: Ray is not installed (the message has the install command), or ``retries`` < 0.
     """
+    if retries < 0:
+        raise ConfigError(f"--retries must be >= 0, got {retries}")
     try:
         import ray
     except ImportError:
@@ -81,7 +89,7 @@ def ray_workers(spec: ModelSpec, workers: int, address: str | None = None) -> li
     if not ray.is_initialized():
         ray.init(address=address, num_cpus=None if address else max(workers, os.cpu_count() or 1), include_dashboard=False,
                  log_to_driver=False, ignore_reinit_error=True)
-    actor = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
+    actor = ray.remote(num_cpus=1, max_restarts=retries, max_task_retries=retries)(_Worker)
     return [actor.remote(spec) for _ in range(workers)]
 
 

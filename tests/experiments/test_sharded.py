@@ -1,0 +1,83 @@
+"""Effects and patching on Ray workers (interp.experiments.sharded): heads split by layer, merged equal to one local run,
+also when a worker is killed in the middle of its chunk."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from interp.engine.executor import ModelSpec, ray_workers
+from interp.errors import ConfigError
+from interp.experiments.effects import EffectsConfig, head_effects
+from interp.experiments.patch_tasks import induction_pairs
+from interp.experiments.patching import PatchConfig, patch_heads
+from interp.experiments.sharded import effects_on_workers, layer_chunks, patch_on_workers
+from tests.conftest import random_tokens
+
+ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+TOL = dict(atol=2e-5, rtol=1e-4)  # a worker runs one torch thread, this process two: float32 matmuls block differently
+
+
+def test_layer_chunks_deal_whole_layers_round_robin():
+    heads = [(l, h) for l in (0, 2, 3, 5, 7) for h in range(3)]
+    parts = layer_chunks(heads, 2)
+    assert sorted(x for p in parts for x in p) == sorted(heads)  # every head once
+    assert [sorted({l for l, _ in p}) for p in parts] == [[0, 3, 7], [2, 5]]
+    assert len(layer_chunks(heads, 9)) == 5  # never an empty chunk
+    with pytest.raises(ConfigError, match="chunks must be >= 1"):
+        layer_chunks(heads, 0)
+
+
+@pytest.fixture(scope="module")
+def actors():
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)  # slots, not cores
+    yield ray_workers(ModelSpec("tiny-llama"), 2)
+    ray.shutdown()
+
+
+def test_effects_on_workers_equal_one_local_run(actors, tiny_llama):
+    prompts = torch.stack([random_tokens(48, seed=s) for s in range(3)])
+    cfg = EffectsConfig(interventions=("zero", "mean", "streaming"), window=8, bootstrap=200)
+    got = effects_on_workers(ModelSpec("tiny-llama"), prompts, cfg, actors=actors, chunks=2)
+    ref = head_effects(tiny_llama, prompts, cfg)
+    assert got.table[["layer", "head", "intervention"]].equals(ref.table[["layer", "head", "intervention"]])
+    np.testing.assert_allclose(got.per_prompt["dnll"], ref.per_prompt["dnll"], **TOL)
+    np.testing.assert_allclose(got.table[["dnll", "dnll_lo", "dnll_hi", "kl"]], ref.table[["dnll", "dnll_lo", "dnll_hi", "kl"]], **TOL)
+    assert got.meta["executor"] == "ray" and got.meta["chunks"] == 2 and got.meta["config"]["bootstrap"] == 200
+
+
+def test_patch_on_workers_equals_one_local_run(actors, tiny_llama):
+    pairs = induction_pairs(tiny_llama.tokenizer, 4, 0, half=5)
+    for cfg in (PatchConfig(bootstrap=100), PatchConfig(heads=((0, 1), (1, 2), (1, 3)), positions="each", bootstrap=0)):
+        got = patch_on_workers(ModelSpec("tiny-llama"), pairs, cfg, actors=actors)
+        ref = patch_heads(tiny_llama, pairs, cfg)
+        assert list(got.table.columns) == list(ref.table.columns) and len(got.table) == len(ref.table)
+        np.testing.assert_allclose(got.per_pair, ref.per_pair, **TOL)
+        num = [c for c in ref.table.columns if c not in ("direction",)]
+        np.testing.assert_allclose(got.table[num].to_numpy(float), ref.table[num].to_numpy(float), **TOL)
+
+
+def test_a_worker_killed_mid_chunk_is_restarted_and_the_effects_are_complete(tiny_llama):
+    """SIGKILL one worker while it runs its chunk: the actor restarts, the chunk is retried, the table equals a local run."""
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        workers = ray_workers(ModelSpec("tiny-llama"), 2, retries=2)
+        pids = ray.get([a.pid.remote() for a in workers])
+        prompts = torch.stack([random_tokens(256, seed=s) for s in range(24)])  # seconds of work per chunk
+        cfg = EffectsConfig(interventions=("zero", "mean", "streaming"), window=16, bootstrap=0)
+        out = {}
+        job = threading.Thread(target=lambda: out.setdefault("r", effects_on_workers(ModelSpec("tiny-llama"), prompts, cfg,
+                                                                                     actors=workers, chunks=2)))
+        job.start()
+        time.sleep(2.0)
+        os.kill(pids[0], signal.SIGKILL)
+        job.join(timeout=300)
+        got = out["r"]
+        assert pids[0] not in got.meta["worker_pids"]  # the killed worker was replaced
+        np.testing.assert_allclose(got.per_prompt["dnll"], head_effects(tiny_llama, prompts, cfg).per_prompt["dnll"], **TOL)
+    finally:
+        ray.shutdown()
