@@ -128,7 +128,8 @@ def curves(name: str, model, t: pd.DataFrame, args) -> pd.DataFrame:
         loss = {k: dn[i] for i, k in enumerate(keys)}
     if "niah" in args.parts:
         cfg = RetrievalConfig(lengths=(args.niah_length,), depths=tuple(args.depths), needles=args.needles, max_new_tokens=12)
-        named = {"none": []} | {f"{o}@{s}": query_heads(sets[(o, s)], card) for o, s in keys}
+        drop = {f"random{d}" for d in range(args.niah_draws, args.draws)}  # random orders beyond --niah-draws: loss only
+        named = {"none": []} | {f"{o}@{s}": query_heads(sets[(o, s)], card) for o, s in keys if o not in drop}
         print(f"{name}: NIAH of {len(named)} sets x {len(args.depths) * args.needles} trials at {args.niah_length} tokens",
               flush=True)
         rec = masked_recall(model, cfg, named, "streaming", log=print)
@@ -142,12 +143,32 @@ def curves(name: str, model, t: pd.DataFrame, args) -> pd.DataFrame:
                      "draw": int(order[6:]) if order.startswith("random") else 0, "share": share,
                      "kv_heads_streamed": len(kv), "kv_heads": card.n_layers * card.n_kv_heads,
                      "dnll": float(d.mean()), "dnll_lo": float(dlo), "dnll_hi": float(dhi), "clean_nll": float(nll.mean()),
-                     "recall": float(r.mean()) if len(r) else np.nan, "recall_lo": float(rlo), "recall_hi": float(rhi), "trials": len(r),
-                     "kv_saved": kv_cache_saved(card, kv, args.loss_tokens, SINK, WINDOW),
-                     "kv_saved_niah": kv_cache_saved(card, kv, args.niah_length, SINK, WINDOW),
-                     "loss_prompts": args.loss_prompts, "loss_tokens": args.loss_tokens, "niah_length": args.niah_length,
-                     "sink": SINK, "window": WINDOW})
+                     "recall": float(r.mean()) if len(r) else np.nan, "recall_lo": float(rlo), "recall_hi": float(rhi),
+                     "trials": len(r) if len(r) else np.nan,
+                     "kv_saved": kv_cache_saved(card, kv, args.loss_tokens, SINK, WINDOW) if "loss" in args.parts else np.nan,
+                     "kv_saved_niah": kv_cache_saved(card, kv, args.niah_length, SINK, WINDOW) if "niah" in args.parts else np.nan,
+                     "loss_prompts": args.loss_prompts if "loss" in args.parts else np.nan,
+                     "loss_tokens": args.loss_tokens if "loss" in args.parts else np.nan,
+                     "niah_length": args.niah_length if "niah" in args.parts else np.nan, "sink": SINK, "window": WINDOW})
     return pd.DataFrame(rows)
+
+
+LOSS_COLUMNS = ("dnll", "dnll_lo", "dnll_hi", "clean_nll", "kv_saved", "loss_prompts", "loss_tokens")
+NIAH_COLUMNS = ("recall", "recall_lo", "recall_hi", "trials", "kv_saved_niah", "niah_length")
+
+
+def join_parts(c: pd.DataFrame) -> pd.DataFrame:
+    """Curves rows of runs of one part each (``--parts loss`` / ``--parts niah``) joined per ``(model, order, draw,
+    share)``: the loss cells from the rows that measured the loss (``dnll`` not NaN), the recall cells from the rows that
+    ran the needles (``recall`` not NaN), the rest from the first row; a row with both keeps its own."""
+    keys = ["model", "order", "draw", "share"]
+    base = c.groupby(keys, sort=False).first().reset_index()
+    for cols, flag in ((LOSS_COLUMNS, "dnll"), (NIAH_COLUMNS, "recall")):
+        part = c[c[flag].notna()].drop_duplicates(keys, keep="last").set_index(keys)[list(cols)]
+        base = base.set_index(keys)
+        base.loc[part.index.intersection(base.index), list(cols)] = part
+        base = base.reset_index()
+    return base
 
 
 DUO_STREAMED = {"MHA": 0.75, "GQA": 0.5}  # DuoAttention's published splits: 25% of heads full for MHA, 50% for GQA
@@ -232,6 +253,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--depths", type=float, nargs="+", default=[0.1, 0.5, 0.9], help="needle depths")
     ap.add_argument("--needles", type=int, default=2, help="needles per depth")
     ap.add_argument("--draws", type=int, default=3, help="random orders")
+    ap.add_argument("--niah-draws", type=int, default=3, help="random orders that also run the NIAH trials")
     ap.add_argument("--batch-rows", type=int, default=None, help="rows per forward of the loss curves")
     ap.add_argument("--no-curves", action="store_true", help="only the validation tables")
     ap.add_argument("--parts", nargs="+", choices=["loss", "niah"], default=["loss", "niah"],
@@ -246,8 +268,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             parts = [pd.read_csv(d / name) for d in args.merge_from if (d / name).exists()]
             if parts:
                 df = pd.concat(parts)
-                if name == "kv_budget_curves.csv":  # a loss-only and a NIAH-only run of one model: each row's measured cells
-                    df = df.groupby(["model", "order", "draw", "share"], sort=False).first().reset_index()
+                if name == "kv_budget_curves.csv":
+                    df = join_parts(df)
                 write_rows(df, args.out / name)
         args.summary_only = True
     if args.summary_only:
