@@ -11,8 +11,8 @@ import typer
 from rich.markup import escape
 
 from interp.cli.common import (
-    ADDRESS, CORPUS, DEVICE, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS, WORKERS, app,
-    check_engine, check_measures, check_paths, console, fail, int_list, plural, show_table,
+    ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS, WORKERS,
+    app, check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
 from interp.errors import InterpError
 
@@ -27,13 +27,13 @@ def ablate(
     repeats: int = REPEATS,
     measure: List[str] = MEASURE,
     out: Path = typer.Option(Path("out/ablate"), help="output folder (created; band_ablation.csv, heads.csv, report.html, state/ go in it)"),
-    n_remove: int = typer.Option(6, help="planes left unrotated per band (paper 004: 6)"),
+    n_remove: int = typer.Option(6, min=1, help="planes left unrotated per band (paper 004: 6)"),
     planes: Optional[str] = typer.Option(None, help="also ablate this set of planes, e.g. 0,1,2 (named 'custom')"),
     variant: List[str] = typer.Option([], help="also any RoPE variant: partial:F, p-rope:F, rope-id, pi:X, yarn:X, scaled:X, shuffled:SEED (repeatable)"),
     all_heads: bool = typer.Option(False, "--all-heads", help="band_ablation.csv for every head, not only the SDHs"),
     causal: bool = typer.Option(False, "--causal", help="also run the model itself with each band unrotated (NLL, downstream changes)"),
     layers: Optional[str] = typer.Option(None, help="layers of the causal ablation, e.g. 0,1,2 (default all)"),
-    block_size: int = typer.Option(32, help="queries per attention block"),
+    block_size: int = BLOCK_SIZE,
     device: str = DEVICE,
     dtype: str = DTYPE,
     engine: str = ENGINE,
@@ -49,15 +49,21 @@ def ablate(
     """
     check_measures(measure)
     t_start = time.perf_counter()
-    extra = {"custom": int_list(planes, "--planes", "0,1,2", allow_all=False)} if planes else None
+    extra = {"custom": int_list(planes, "--planes", "0,1,2", allow_all=False)} if planes is not None else None
     chosen = int_list(layers, "--layers", "0,1,2")
     check_paths(out, writes="band_ablation.csv, heads.csv, report.html, state/", model=model)
-    check_engine(engine, device)
+    check_before_load(model, device=device, dtype=dtype, engine=engine, executor=executor, corpus=corpus, prompts=prompts, tokens=tokens,
+                      repeats=repeats, layers=chosen)
+    try:
+        from interp.rope.variants import parse_variant
+
+        parsed = tuple(parse_variant(v) for v in variant)
+    except ValueError as err:
+        fail(err)
 
     from interp import corpus as corpus_mod
     from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
     from interp.engine.executor import ModelSpec, run_sharded
-    from interp.rope.variants import parse_variant
     from interp.models import load_model
     from interp.report.bundle import write_csv, write_outputs
     from interp.engine import ScanConfig
@@ -66,7 +72,7 @@ def ablate(
     try:
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype)
-        variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + tuple(parse_variant(v) for v in variant)
+        variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + parsed
         cfg = switch_on(ScanConfig(block_size=block_size, variants=variants, inp=True), measure)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)
         result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers, address=address,

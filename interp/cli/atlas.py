@@ -11,8 +11,8 @@ import typer
 from rich.markup import escape
 
 from interp.cli.common import (
-    DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_engine, check_paths, console, fail, float_list,
-    int_list, show_table,
+    BLOCK_SIZE, DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_before_load, check_paths, console, fail,
+    float_list, int_list, show_table, top_option,
 )
 from interp.errors import ConfigError, InterpError
 
@@ -24,26 +24,26 @@ def atlas(
     prompts: int = PROMPTS,
     tokens: int = TOKENS,
     seed: int = SEED,
-    repeats: int = typer.Option(2, help="copies of r in the repeated-random pass (2: TransformerLens' induction test; RazorAttention: 4)"),
+    repeats: int = typer.Option(2, min=1, help="copies of r in the repeated-random pass (2: TransformerLens' induction test; RazorAttention: 4)"),
     out: Path = typer.Option(Path("out/atlas"), help="output folder (created; atlas.csv, atlas.html, heads.csv, report.html, state/ go in it)"),
     ablate: bool = typer.Option(False, "--ablate", help="also each role's score without the high / medium / low RoPE band (counterfactual, same pass)"),
-    n_remove: int = typer.Option(6, help="planes left unrotated per band with --ablate (paper 004: 6)"),
-    inp: bool = typer.Option(True, "--inp/--no-inp", help="per-plane InP in the text pass (role against band use; ~+50%% time)"),
+    n_remove: int = typer.Option(6, min=1, help="planes left unrotated per band with --ablate (paper 004: 6)"),
+    inp: bool = typer.Option(True, "--inp/--no-inp", help="per-plane InP in the text pass (role against band use; ~+50% time)"),
     retrieval: bool = typer.Option(False, "--retrieval", help="also the retrieval pass (needle-in-a-haystack decoding, Wu et al.)"),
     lengths: str = typer.Option("256,512,1024", help="retrieval pass: prompt lengths in tokens, comma-separated"),
     depths: str = typer.Option("0.1,0.3,0.5,0.7,0.9", help="retrieval pass: needle depths, fractions of the haystack"),
-    block_size: int = typer.Option(32, help="queries per attention block"),
+    block_size: int = BLOCK_SIZE,
     device: str = DEVICE,
     dtype: str = DTYPE,
     engine: str = ENGINE,
-    support: int = typer.Option(0, help="bootstrap resamples of the prompts for each head's role support (support_<role> "
+    support: int = typer.Option(0, min=0, help="bootstrap resamples of the prompts for each head's role support (support_<role> "
                                  "columns: the share of resamples in which the head holds the role); 0: off"),
-    top: int = typer.Option(8, help="heads shown per role"),
+    top: int = typer.Option(8, min=0, help="heads shown per role"),
     effects: Optional[str] = typer.Option(None, "--effects", help="also every head's causal effect (interp effects, exact) on "
                                           "the text pass's first prompts: comma-separated interventions, e.g. zero,streaming; "
                                           "joined to atlas.csv as dnll_<name> (+ _lo / _hi) and kl_<name>, shown on the grid's hover"),
-    effects_prompts: int = typer.Option(2, help="--effects: the first N text prompts (the exact effects cost hundreds of scans)"),
-    effects_tokens: int = typer.Option(256, help="--effects: each prompt cut to its first N tokens"),
+    effects_prompts: int = typer.Option(2, min=1, help="--effects: the first N text prompts (the exact effects cost hundreds of scans)"),
+    effects_tokens: int = typer.Option(256, min=2, help="--effects: each prompt cut to its first N tokens"),
     effects_from: Optional[Path] = typer.Option(None, "--effects-from", help="join an effects.csv already measured (interp "
                                                 "effects) instead of running --effects"),
 ) -> None:
@@ -58,12 +58,6 @@ def atlas(
     where the head looks and what removing it costs, side by side on the grid's hover.
     """
     t_start = time.perf_counter()
-    from interp.experiments.atlas import check_text_corpus
-
-    try:
-        check_text_corpus(corpus)
-    except InterpError as err:
-        fail(err)
     ret_cfg = None
     if retrieval:
         from interp.experiments.retrieval import RetrievalConfig
@@ -75,7 +69,8 @@ def atlas(
             fail(err)
     eff_cfg, eff_cols = _effects_options(effects, effects_prompts, effects_tokens, effects_from, prompts, tokens)
     check_paths(out, writes="atlas.csv, atlas.html, heads.csv, report.html, state/", model=model)
-    check_engine(engine, device)
+    check_before_load(model, device=device, dtype=dtype, engine=engine, corpus=corpus, atlas_passes=True, prompts=prompts, tokens=tokens,
+                      repeats=repeats, lengths=ret_cfg.lengths if ret_cfg is not None else ())
 
     from interp.engine import ScanConfig
     from interp.experiments.atlas import ROLES, AtlasConfig, run_atlas

@@ -4,17 +4,41 @@ the checks that run before a model loads (one line naming the problem and the fi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from interp.errors import ConfigError, InterpError
+from interp.errors import ConfigError, InterpError, PromptError
+
+try:  # typer >= 0.22 ships its own copy of click; older ones use click itself
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
+if TYPE_CHECKING:
+    from interp.models.grid import ModelShape
+
+
+class Commands(typer.core.TyperGroup):
+    """interp's command group: a usage error that click finds while parsing a command's options (a value of the wrong
+    type or outside its range, an unknown option, a missing argument, an unknown command) is one line naming it and
+    the command's ``--help``, exit 2, like every other refused input (click prints a usage block and a framed panel)."""
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except UsageError as err:
+            if isinstance(err, NoArgsIsHelpError):
+                raise
+            where = err.ctx.command_path if err.ctx is not None else ctx.command_path
+            fail(InterpError(f"{' '.join(err.format_message().split())} (see {where} --help)"))
+
 
 app = typer.Typer(help="Attention-geometry toolkit: find slash-dominant heads, sinks and low-rank q/k in open LMs, offline.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=Commands)
 console = Console()
 
 
@@ -27,23 +51,32 @@ ENGINE = typer.Option("auto", help="attention engine: auto (Triton on a GPU, the
 DEVICE_MAP = typer.Option(None, "--device-map", help="auto: place the layers over the GPUs and the CPU (accelerate), "
                           "for models larger than one GPU; overrides --device")
 EXECUTOR = typer.Option("local", help="local (this process) | ray (workers on a local or existing Ray cluster)")
-WORKERS = typer.Option(2, help="Ray workers (each loads the model once); ignored by --executor local")
+WORKERS = typer.Option(2, min=1, help="Ray workers (each loads the model once); ignored by --executor local")
 ADDRESS = typer.Option(None, help="an existing Ray cluster to join (auto, ray://host:10001); default: start a local one")
 CORPUS = typer.Option("pydoc", help="pydoc | stdlib | random | repeated-random (BOS, r, r: induction heads' input)")
-REPEATS = typer.Option(2, help="copies of the random sequence in --corpus repeated-random (RazorAttention uses 4)")
+REPEATS = typer.Option(2, min=1, help="copies of the random sequence in --corpus repeated-random (RazorAttention uses 4)")
 MEASURE = typer.Option([], "--measure", help="switch on an optional measure (repeatable): inp, geometry, token_match, echo, massive, shape, "
                        "heavy_hitters; "
                        "--measure list prints every registered measure and exits")
-PROMPTS = typer.Option(8, help="number of prompts")
-TOKENS = typer.Option(1024, help="tokens per prompt")
+PROMPTS = typer.Option(8, min=1, help="number of prompts")
+BLOCK_SIZE = typer.Option(32, min=1, help="queries per attention block")
 SEED = typer.Option(0, help="prompt selection seed")
 # options shared by the head-table commands (effects, patch)
 ATLAS = typer.Option(None, help="an atlas.csv (interp atlas) whose roles the page shows on hover")
 
 
-def top_option(what: str):
-    """The ``--top`` option of a command that prints its ``what`` table's first rows (10 by default)."""
-    return typer.Option(10, help=f"rows of the {what} table to print")
+def tokens_option(default: int = 1024, help: str = "tokens per prompt"):
+    """The ``--tokens`` option (at least 2: one prediction); above the model's context it is refused by
+    ``check_before_load``."""
+    return typer.Option(default, min=2, help=help)
+
+
+TOKENS = tokens_option()
+
+
+def top_option(what: str, default: int = 10):
+    """The ``--top`` option of a command that prints its ``what`` table's first rows (``default`` of them)."""
+    return typer.Option(default, min=0, help=f"rows of the {what} table to print")
 
 
 def fail(err: Exception) -> None:
@@ -94,7 +127,8 @@ def check_paths(out_dir: Optional[Path] = None, out_file: Optional[Path] = None,
 
     try:
         if model is not None and model.startswith("local:"):
-            io.check_input_dir(model[len("local:"):], "model local:")
+            io.check_input_dir(model[len("local:"):], "model local:", ("config.json",),
+                               "local:PATH names a Hugging Face model folder (config.json, tokenizer, weights)")
         for option, path in (files or {}).items():
             if path is not None:
                 io.check_input_file(path, option)
@@ -148,16 +182,6 @@ def long_summary(heads, result) -> None:
                   f"{rep} heads' best long lag holds in fewer (content repeats, see content_repeats.csv)")
 
 
-def check_engine(engine: str, device: str) -> None:
-    """One line and exit 2 for an engine that cannot run on ``device`` (before any model loads)."""
-    from interp.engine.collector import check_engine
-
-    try:
-        check_engine(engine, device)
-    except InterpError as err:
-        fail(err)
-
-
 def parse_shard(spec: Optional[str]) -> tuple[int, int]:
     """``--shard I/N`` as ``(I, N)`` (``(0, 1)`` for ``None``); anything else: one line, exit 2."""
     if spec is None:
@@ -171,20 +195,27 @@ def parse_shard(spec: Optional[str]) -> tuple[int, int]:
 
 
 def int_list(spec: Optional[str], what: str, example: str = "0,4,8", allow_all: bool = True) -> Optional[list[int]]:
-    """Comma-separated integers (``None`` for ``None`` or, with ``allow_all``, ``"all"``); else one line, exit 2."""
+    """Comma-separated integers, at least one (``None`` for ``None`` or, with ``allow_all``, ``"all"``); else one line,
+    exit 2."""
     if spec is None or (allow_all and spec == "all"):
         return None
     try:
-        return [int(x) for x in spec.split(",") if x.strip()]
+        out = [int(x) for x in spec.split(",") if x.strip()]
+        if not out:
+            raise ValueError(spec)
+        return out
     except ValueError:
         fail(InterpError(f"{what} takes comma-separated integers (e.g. {example})" + (" or 'all'" if allow_all else "")
                           + f", got {spec!r}"))
 
 
 def float_list(spec: str, what: str, example: str) -> list[float]:
-    """Comma-separated numbers; else one line, exit 2."""
+    """Comma-separated numbers, at least one; else one line, exit 2."""
     try:
-        return [float(x) for x in spec.split(",") if x.strip()]
+        out = [float(x) for x in spec.split(",") if x.strip()]
+        if not out:
+            raise ValueError(spec)
+        return out
     except ValueError:
         fail(InterpError(f"{what} takes comma-separated numbers (e.g. {example}), got {spec!r}"))
 
@@ -207,3 +238,108 @@ def parse_heads(spec: str | None) -> tuple[tuple[int, int], ...] | None:
             raise ConfigError(f"--heads entry {s!r} is not LAYER:HEAD (non-negative integers, e.g. 3:1); or use 'all'")
         out.append((int(a), int(b)))
     return tuple(dict.fromkeys(out))
+
+
+MAX_TOKENS = 2**26  # prompts x tokens of one run: 512 MB of token ids (a scan of 8 x 32k prompts is 2**18)
+
+
+def check_before_load(model: Optional[str] = None, *, device: Optional[str] = None, dtype: Optional[str] = None,
+                      device_map: Optional[str] = None, engine: Optional[str] = None, executor: Optional[str] = None,
+                      corpus: Optional[str] = None, atlas_passes: bool = False, prompts: Optional[int] = None,
+                      tokens: Optional[int] = None, repeats: Optional[int] = None, lengths: Sequence[int] = (), beyond_context: Optional[bool] = None,
+                      heads: Optional[Sequence[tuple[int, int]]] = None, layers: Optional[Sequence[int]] = None,
+                      head_indices: Optional[Sequence[int]] = None) -> Optional["ModelShape"]:
+    """Everything a command can check before its model loads; a bad value: one line naming it and the fix, exit 2.
+
+    Args:
+        model: the model name (an unknown name, a zoo model not installed: the loader's own message); its grid and
+            context are read from its configuration alone (``interp.models.grid.model_shape``: a tiny model's config,
+            ``config.json``, a GGUF header), never from the weights.
+        device, dtype, device_map, engine, executor: checked by name (and the device for availability).
+        corpus: a corpus name (``interp.corpus.CORPORA``); ``atlas_passes``: the command runs a text pass on
+            ``corpus`` (pydoc or stdlib only) and a repeated-random pass (``repeats`` must fit), as ``interp atlas``.
+        prompts: how many prompts; with the longest prompt at most ``MAX_TOKENS`` tokens in all (a random corpus has no
+            size of its own to refuse a billion prompts; the text corpora's sizes are checked after the tokenizer loads).
+        tokens: prompt length in tokens, at most the model's context; ``repeats`` copies of r in repeated-random must
+            fit in it.
+        lengths: prompt lengths (sweep, retrieval), each at most the context unless ``beyond_context`` (sweep's
+            ``--beyond-context``: None where the command has no such option).
+        heads: ``(layer, head)`` pairs, ``layers`` / ``head_indices``: layer and head numbers, all inside the grid.
+
+    Returns:
+        The model's ``ModelShape``, or None where it cannot be read without loading (a hub id not in the local cache,
+        a zoo model not installed...): the same checks then run after the load, in the experiment code.
+    """
+    from interp.models.grid import model_shape
+
+    shape = None
+    try:
+        if device is not None or dtype is not None:
+            from interp.models.scope import resolve_device, resolve_dtype
+
+            resolve_device(device)
+            resolve_dtype(dtype)
+        if engine is not None:
+            from interp.engine.collector import check_engine
+
+            check_engine(engine, device or "auto")
+        if device_map is not None and device_map != "auto":
+            raise ConfigError(f"unknown --device-map {device_map!r}; use auto")
+        if executor is not None and executor not in ("local", "ray"):
+            raise ConfigError(f"unknown --executor {executor!r}; use local or ray")
+        if corpus is not None:
+            from interp.corpus import CORPORA
+
+            if atlas_passes and corpus in CORPORA and corpus not in ("pydoc", "stdlib"):
+                raise PromptError(f"--corpus {corpus} is not a text corpus; use pydoc or stdlib")
+            if corpus not in CORPORA:
+                raise PromptError(f"unknown --corpus {corpus!r}; use one of {', '.join(CORPORA[:2] if atlas_passes else CORPORA)}")
+            n = tokens or max(lengths, default=0)
+            if prompts is not None and prompts * n > MAX_TOKENS:
+                raise PromptError(f"--prompts {prompts} x {n} tokens is {prompts * n:,} tokens, more than the "
+                                  f"{MAX_TOKENS:,} one run takes; ask for fewer prompts")
+            if (corpus == "repeated-random" or atlas_passes) and repeats is not None and n and repeats > n - 1:
+                raise PromptError(f"--repeats {repeats} copies do not fit in {n}-token prompts (BOS, then the copies); use "
+                                  f"--repeats 1..{n - 1} or longer prompts")
+        if model is not None:
+            _check_model_name(model)
+            shape = model_shape(model)
+        if shape is not None:
+            _check_shape(model, shape, tokens, lengths, beyond_context, heads, layers, head_indices)
+    except InterpError as err:
+        fail(err)
+    return shape
+
+
+def _check_model_name(model: str) -> None:
+    """Raise the loader's own error for a name it can never load: not a zoo name, ``local:PATH`` or hub id
+    (``UnknownModelError``, the valid names), or a zoo model whose package is missing (``ModelNotInstalledError``, the
+    install command)."""
+    from interp.models.zoo import ZOO, is_installed
+
+    if model.startswith("local:") or ("/" in model and not model.startswith(("/", ".", "~"))):
+        return
+    if not is_installed(model):  # UnknownModelError for a name that is not in the zoo
+        ZOO[model].source.chunks()  # ModelNotInstalledError with the install command
+
+
+def _check_shape(model: str, shape: "ModelShape", tokens: Optional[int], lengths: Sequence[int],
+                 beyond_context: Optional[bool], heads, layers, head_indices) -> None:
+    """``check_before_load``'s checks against the model's grid and context (raises ``InterpError``)."""
+    if heads:
+        from interp.hooks.heads import check_heads
+
+        check_heads(heads, shape.n_layers, shape.n_heads)
+    for what, got, n in (("layer", layers, shape.n_layers), ("head", head_indices, shape.n_heads)):
+        bad = [x for x in got or () if not 0 <= x < n]
+        if bad:
+            raise ConfigError(f"--{what}s: {what} {bad[0]} is outside {model}'s {n} {what}s; use {what}s 0..{n - 1}")
+    ctx = shape.context_length
+    if ctx is None:
+        return
+    if tokens is not None and tokens > ctx and not beyond_context:
+        raise PromptError(f"--tokens {tokens} exceeds the context of {model} ({ctx}); use --tokens {ctx} or fewer")
+    longest = max(lengths, default=0)
+    if longest > ctx and not beyond_context:
+        hint = " or pass --beyond-context to measure out-of-distribution positions on purpose" if beyond_context is not None else ""
+        raise PromptError(f"--lengths: {longest} exceeds the context of {model} ({ctx}); use lengths up to {ctx}{hint}")

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_paths, console, fail, parse_heads,
-                               plural, show_table, top_option)
+from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_before_load, check_paths, console,
+                               fail, parse_heads, plural, show_table, tokens_option, top_option)
 from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
 from interp.errors import InterpError
 
@@ -21,15 +21,16 @@ def effects(
     model: str = MODEL,
     corpus: str = typer.Option("pydoc", help="pydoc | stdlib | random | repeated-random"),
     prompts: int = PROMPTS,
-    tokens: int = typer.Option(256, help="tokens per prompt"),
+    tokens: int = tokens_option(256),
     seed: int = SEED,
     interventions: Optional[str] = typer.Option(None, help="comma-separated: zero, mean, streaming, rope_high, rope_medium, "
-                                                "rope_low, nope [default: zero,mean,streaming; zero,mean with --method attribution]"),
+                                                "rope_low, nope", show_default="zero,mean,streaming; zero,mean with --method attribution"),
     heads: str = typer.Option("all", help="all, or LAYER:HEAD pairs, e.g. 3:1,17:0"),
     sink: int = typer.Option(4, help="streaming: keys 0..SINK-1 stay visible (DuoAttention: 128 on long contexts)"),
     window: int = typer.Option(64, help="streaming: the last WINDOW keys stay visible, the query included (DuoAttention: 256)"),
-    n_remove: int = typer.Option(6, help="rope_*: planes of the band left unrotated (paper 004: 6)"),
-    bootstrap: int = typer.Option(1000, help="prompt resamples for the 95%% interval of dnll"),
+    n_remove: int = typer.Option(6, min=1, help="rope_*: planes of the band left unrotated (paper 004: 6)"),
+    bootstrap: int = typer.Option(1000, min=0, max=100_000, help="prompt resamples for the 95% interval of dnll (0: the "
+                                  "interval is the estimate itself)"),
     method: str = typer.Option("exact", help="exact (cached residual stream, heads batched) | naive (one full forward per "
                                "head, intervention and prompt: the reference) | attribution (linearised zero / mean effects "
                                "from one forward and one backward per prompt; kl empty)"),
@@ -53,7 +54,6 @@ def effects(
     """
     t_start = time.perf_counter()
     from interp.experiments.effects import EffectsConfig, parse_interventions
-    from interp.models.grid import model_grid
 
     if method not in ("exact", "naive", "attribution"):
         fail(InterpError(f"unknown --method {method!r}; use exact, naive or attribution"))
@@ -65,10 +65,14 @@ def effects(
         bad = [k for k in cfg.interventions if k not in ("zero", "mean")]
         if method == "attribution" and bad:
             raise InterpError(f"--method attribution linearises zero and mean only, got {', '.join(bad)}; use --method exact for them")
-        grid = model_grid(model)
-        cfg.check(*(grid or (None, None)), n_tokens=tokens)
+        cfg.check(n_tokens=tokens)
     except InterpError as err:
         fail(err)
+    check_before_load(model, device=device, dtype=dtype, corpus=corpus, prompts=prompts, tokens=tokens, heads=cfg.heads)
+    if "streaming" in cfg.interventions and sink + window >= tokens:
+        console.print(f"[yellow]warning:[/] --sink {sink} and --window {window} keep every key of a {tokens}-token prompt "
+                      f"visible: streaming changes nothing (dnll 0); use --window below {max(tokens - sink, 1)} or more --tokens",
+                      soft_wrap=True)
     check_paths(out, writes="effects.csv, effects.json, effects.html", files={"--atlas": atlas}, model=model)
     settings = {"model": model, "corpus": corpus, "prompts": prompts, "tokens": tokens, "seed": seed,
                 "interventions": list(cfg.interventions), "heads": heads, "sink": sink, "window": window, "n_remove": n_remove,
@@ -87,7 +91,7 @@ def effects(
     from interp.experiments.attribution import attribution_effects
     from interp.experiments.effects import LayerStore, head_effects, naive_effects
     from interp.models import load_model
-    from interp.report.effects_page import write_effects
+    from interp.report.effects_page import MIN_PROMPTS, write_effects
 
     try:
         with console.status(f"loading {model}"):
@@ -106,14 +110,18 @@ def effects(
             stop(err, 0, n_layers, "layers", out)
     except InterpError as err:
         fail(err)
-    res.meta.update(corpus=corpus, seed=seed)
-    write_effects(res, out, pd.read_csv(atlas) if atlas is not None else None)
+    res.meta.update(corpus=corpus, seed=seed, n_layers=m.card.n_layers, n_heads=m.card.n_heads)  # the page's whole grid
+    written = write_effects(res, out, pd.read_csv(atlas) if atlas is not None else None)
     t = res.table
     show_table(t.reindex(t["dnll"].abs().sort_values(ascending=False).index), "Largest effects (dnll, nats per prediction)",
           list(t.columns), top)
+    if len(p) < MIN_PROMPTS:
+        console.print(f"[yellow]warning:[/] the 95% intervals rest on {plural(len(p), 'prompt')} (resampled): too few to "
+                      f"trust; use --prompts {MIN_PROMPTS} or more", soft_wrap=True)
     console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, clean NLL {res.clean_nll:.4f} nats; "
                   f"{len(t)} head x intervention rows in {res.meta['seconds']:.1f} s ({method}), total "
-                  f"{time.perf_counter() - t_start:.1f} s wall; wrote {out}/effects.csv and {out}/effects.html", soft_wrap=True)
+                  f"{time.perf_counter() - t_start:.1f} s wall; wrote {', '.join(str(path) for path in written.values())} "
+                  f"(and the run's state for --resume: {run.manifest_path}, {run.units_dir}/)", soft_wrap=True)
     if isinstance(res.stopped, Interrupted):
         stop(res.stopped, t["layer"].nunique(), n_layers, "layers", out)
     run.finish()

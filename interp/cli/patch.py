@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, SEED, app, check_paths, console, fail, parse_heads, plural,
-                               show_table, top_option)
+from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, SEED, app, check_before_load, check_paths, console, fail,
+                               parse_heads, plural, show_table, top_option)
 from interp.errors import InterpError
 
 METHODS = ("exact", "naive", "attribution")
@@ -65,7 +65,7 @@ def patch(
                                         "--heads) through its query, key and value; writes paths.csv"),
     metric: str = typer.Option("logit_diff", help="logit_diff (logit of answer minus logit of wrong at the last position) | nll "
                                "(NLL of the answer, or of the clean prompt's last token where a pair has no answer)"),
-    bootstrap: int = typer.Option(1000, help="pair resamples for the 95% interval of recovered"),
+    bootstrap: int = typer.Option(1000, min=0, max=100_000, help="pair resamples for the 95% interval of recovered"),
     atlas: Optional[Path] = ATLAS,
     effects: Optional[Path] = typer.Option(None, help="an effects.csv (interp effects) whose dnll the page shows on hover"),
     max_batch_gb: float = typer.Option(1.0, help="bound on one forward's activations, which sets the rows per forward"),
@@ -94,7 +94,6 @@ def patch(
     from interp.experiments.patch_tasks import read_pairs
     from interp.models.grid import load_tokenizer
     from interp.experiments.patching import PatchConfig
-    from interp.models.grid import model_grid
 
     try:
         _check_options(pairs, task, method, paths, positions, n_pairs)
@@ -103,12 +102,10 @@ def patch(
         senders = parse_heads(paths) if paths is not None else None
         if paths is not None and senders is None:
             raise InterpError("--paths takes sender heads LAYER:HEAD,... (not 'all')")
-        grid = model_grid(model)
-        cfg.check(*(grid or (None, None)))
-        if senders is not None and grid is not None:
-            PatchConfig(heads=senders).check(*grid)
+        cfg.check()
     except InterpError as err:
         fail(err)
+    check_before_load(model, device=device, dtype=dtype, heads=(cfg.heads or ()) + (senders or ()))
     check_paths(out, writes="patch.csv, patch.json, patch.html", files={"--pairs": pairs, "--atlas": atlas, "--effects": effects},
                 model=model)
     try:

@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 
 from interp.cli.common import (
-    DEVICE, DTYPE, MODEL, app, check_paths, console, fail, float_list, int_list, plural, show_table,
+    DEVICE, DTYPE, MODEL, app, check_before_load, check_paths, console, fail, float_list, int_list, plural, show_table,
+    top_option,
 )
 from interp.errors import InterpError
 
@@ -20,14 +21,14 @@ def retrieval(
     model: str = MODEL,
     lengths: str = typer.Option("256,512,1024", help="prompt lengths in tokens (BOS, haystack, needle and question), comma-separated"),
     depths: str = typer.Option("0.1,0.3,0.5,0.7,0.9", help="needle depths, fractions of the haystack, comma-separated"),
-    needles: int = typer.Option(1, help="random needles per (length, depth)"),
+    needles: int = typer.Option(1, min=1, help="random needles per (length, depth)"),
     seed: int = typer.Option(0, help="needle and haystack seed"),
-    max_new_tokens: int = typer.Option(50, help="greedy decode budget (Wu et al.: 50)"),
-    top_k: int = typer.Option(1, help="attended positions checked per head and step (Wu et al.: 1)"),
+    max_new_tokens: int = typer.Option(50, min=1, help="greedy decode budget (Wu et al.: 50)"),
+    top_k: int = typer.Option(1, min=1, help="attended positions checked per head and step (Wu et al.: 1)"),
     gate: float = typer.Option(0.5, help="ROUGE-1 recall a trial needs to count in retrieval_score (Wu et al.: 0.5)"),
     template: str = typer.Option("auto", help="auto | plain | chat: the prompt around the haystack (auto: chat where the tokenizer has one)"),
     out: Path = typer.Option(Path("out/retrieval"), help="output folder (created; retrieval.csv, retrieval_summary.csv, retrieval_trials.csv go in it)"),
-    top: int = typer.Option(10, help="heads shown"),
+    top: int = top_option("retrieval-head"),
     device: str = DEVICE,
     dtype: str = DTYPE,
 ) -> None:
@@ -49,6 +50,12 @@ def retrieval(
     except InterpError as err:
         fail(err)
     check_paths(out, writes="retrieval.csv, retrieval_summary.csv, retrieval_trials.csv", model=model)
+    shape = check_before_load(model, device=device, dtype=dtype)
+    if shape is not None:
+        try:
+            cfg.check(shape.context_length)
+        except InterpError as err:
+            fail(err)
 
     from interp.models import load_model
     from interp.report.bundle import write_csv

@@ -11,9 +11,9 @@ import typer
 from rich.markup import escape
 
 from interp.cli.common import (
-    ADDRESS, CORPUS, DEVICE, DEVICE_MAP, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS,
-    WORKERS, app, check_engine, check_measures, check_paths, console, fail, long_summary, parse_shard, plural,
-    top_sdh,
+    ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DEVICE_MAP, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED,
+    TOKENS, WORKERS, app, check_before_load, check_measures, check_paths, console, fail, long_summary, parse_shard,
+    plural, top_option, top_sdh,
 )
 from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
 from interp.errors import InterpError
@@ -31,7 +31,7 @@ def scan(
     out: Path = typer.Option(Path("out/scan"), help="output folder (created; heads.csv, long_slash.csv, report.html, state/ go in it)"),
     ood: bool = typer.Option(False, "--ood", help="also scan random-token prompts and report OOD ratios"),
     shard: Optional[str] = typer.Option(None, help="I/N: scan only prompts i with i % N == I and write raw state"),
-    block_size: int = typer.Option(32, help="queries per attention block"),
+    block_size: int = BLOCK_SIZE,
     long_min_frac: float = typer.Option(2 / 3, show_default="2/3", help="a long lag is an SDH only if it holds in at least this fraction of prompts"),
     inp: bool = typer.Option(False, "--inp", help="also the per-plane InP spectrum of every head (paper 004 eq. 8-9; ~+50% time)"),
     counterfactual: bool = typer.Option(True, "--counterfactual/--no-counterfactual",
@@ -48,7 +48,7 @@ def scan(
     executor: str = EXECUTOR,
     workers: int = WORKERS,
     address: Optional[str] = ADDRESS,
-    top: int = typer.Option(15, help="rows of the SDH table to print"),
+    top: int = top_option("SDH", 15),
     resume: bool = RESUME,
     force: bool = FORCE,
 ) -> None:
@@ -61,7 +61,8 @@ def scan(
     t_start = time.perf_counter()
     i, n = parse_shard(shard)
     check_paths(out, writes="heads.csv, report.html, state/" if n == 1 else "state/", model=model)
-    check_engine(engine, device)
+    check_before_load(model, device=device, dtype=dtype, device_map=device_map, engine=engine, executor=executor,
+                      corpus=corpus, prompts=prompts, tokens=tokens, repeats=repeats)
     settings = {"model": model, "corpus": corpus, "prompts": prompts, "tokens": tokens, "seed": seed, "repeats": repeats,
                 "measure": sorted(measure), "ood": ood, "shard": f"{i}/{n}", "block_size": block_size,
                 "long_min_frac": long_min_frac, "inp": inp, "counterfactual": counterfactual, "full_profile": full_profile,
@@ -70,6 +71,8 @@ def scan(
     try:
         if resume and executor != "local":
             raise InterpError("--resume needs --executor local (a Ray run keeps no per-prompt units yet)")
+        if n > 1 and executor != "local":
+            raise InterpError("--shard and --executor ray both split the prompts; use one of them")
         run.check(force)
     except InterpError as err:
         fail(err)
@@ -96,8 +99,6 @@ def scan(
         if executor == "local":
             result, stopped = scan_units(run, m, p, ids, cfg, meta, engine, "prompt")
         else:
-            if n > 1:
-                raise InterpError("--shard and --executor ray both split the prompts; use one of them")
             result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers,
                                  address=address, meta={"corpus": corpus, "seed": seed})
         ood_result = None

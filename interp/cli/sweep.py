@@ -11,8 +11,8 @@ import typer
 from rich.markup import escape
 
 from interp.cli.common import (
-    ADDRESS, CORPUS, DEVICE, DTYPE, EXECUTOR, MEASURE, MODEL, REPEATS, SEED, WORKERS, app, check_measures,
-    check_paths, console, fail, int_list, plural, show_table,
+    ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, EXECUTOR, MEASURE, MODEL, REPEATS, SEED, WORKERS, app,
+    check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
 from interp.errors import InterpError
 
@@ -22,15 +22,15 @@ def sweep(
     model: str = MODEL,
     lengths: str = typer.Option("512,1024,2048", help="prefix lengths, comma-separated"),
     corpus: str = CORPUS,
-    prompts: int = typer.Option(2, help="number of prompts"),
+    prompts: int = typer.Option(2, min=1, help="number of prompts"),
     seed: int = SEED,
     repeats: int = REPEATS,
     measure: List[str] = MEASURE,
     out: Path = typer.Option(Path("out/sweep"), help="output folder (created; sweep.csv, sweep.html, length_N/ go in it)"),
     beyond_context: bool = typer.Option(False, "--beyond-context", help="allow lengths beyond the model's context (out of distribution)"),
-    cluster_points: int = typer.Option(400, help="points per head and prompt for silhouette / Davies-Bouldin and max q.k "
+    cluster_points: int = typer.Option(400, min=2, help="points per head and prompt for silhouette / Davies-Bouldin and max q.k "
                                         "(half queries, half keys, seeded positions)"),
-    block_size: int = typer.Option(32, help="queries per attention block"),
+    block_size: int = BLOCK_SIZE,
     device: str = DEVICE,
     dtype: str = DTYPE,
     executor: str = EXECUTOR,
@@ -46,14 +46,22 @@ def sweep(
     t_start = time.perf_counter()
     ns = int_list(lengths, "--lengths", "512,1024,2048", allow_all=False) or []
     check_paths(out, writes="sweep.csv, sweep.html, length_N/", model=model)
+    from interp.engine import ScanConfig
+    from interp.engine.config import switch_on
+    from interp.experiments.sweep import check_lengths, sweep as run_sweep
+
+    try:
+        ns = check_lengths(ns, max(ns or [0]), max(ns or [0]), beyond_context=True)  # integers >= 2; the context next
+        cfg = switch_on(ScanConfig(block_size=block_size, geometry=True, cluster_points=cluster_points, counterfactual_queries=0), measure)
+    except InterpError as err:
+        fail(err)
+    check_before_load(model, device=device, dtype=dtype, executor=executor, corpus=corpus, prompts=prompts, repeats=repeats, lengths=ns,
+                      beyond_context=beyond_context)
 
     from interp import corpus as corpus_mod
     from interp.models import load_model
     from interp.engine.executor import ModelSpec
     from interp.report.sweep_page import write_sweep_report
-    from interp.engine import ScanConfig
-    from interp.engine.config import switch_on
-    from interp.experiments.sweep import check_lengths, sweep as run_sweep
 
     try:
         with console.status(f"loading {model}"):
@@ -63,7 +71,6 @@ def sweep(
             console.print(f"[yellow]warning:[/] lengths above {m.card.context_length} ({', '.join(str(n) for n in ns if n > m.card.context_length)}) "
                           f"are beyond {escape(m.card.name)}'s context: positions out of distribution", soft_wrap=True)
         p = corpus_mod.prompts(m, corpus, prompts, ns[-1], seed, beyond_context=beyond_context, repeats=repeats)
-        cfg = switch_on(ScanConfig(block_size=block_size, geometry=True, cluster_points=cluster_points, counterfactual_queries=0), measure)
         result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed},
                            executor=executor, workers=workers, address=address, spec=ModelSpec(model, str(m.device), dtype))
     except InterpError as err:

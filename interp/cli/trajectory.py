@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import DEVICE, ENGINE, MEASURE, PROMPTS, REPEATS, SEED, app, check_engine, check_measures, check_paths, console, fail, plural
+from interp.cli.common import (DEVICE, ENGINE, MEASURE, PROMPTS, REPEATS, SEED, app, check_before_load, check_measures,
+                               check_paths, console, fail, plural, tokens_option)
 from interp.errors import InterpError
 
 
@@ -24,7 +25,7 @@ def trajectory(
     corpus: str = typer.Option("repeated-random", help="probe prompts, the same at every checkpoint: pydoc | stdlib | random | "
                                "repeated-random (BOS, r, r: induction heads' input)"),
     prompts: int = PROMPTS,
-    tokens: int = typer.Option(128, help="tokens per probe prompt"),
+    tokens: int = tokens_option(128, "tokens per probe prompt"),
     seed: int = SEED,
     repeats: int = REPEATS,
     measure: List[str] = MEASURE,
@@ -47,7 +48,7 @@ def trajectory(
     t_start = time.perf_counter()
     check_measures(measure)
     check_paths(out, writes="trajectory.csv, trajectory.html")
-    check_engine(engine, device)
+    check_before_load(device=device, engine=engine, corpus=corpus, prompts=prompts, tokens=tokens, repeats=repeats)
     from interp.experiments.trajectory import add_train_loss, checkpoint_trajectory, find_checkpoints, training_log
 
     try:
@@ -55,6 +56,7 @@ def trajectory(
         log = training_log(source)
     except InterpError as err:
         fail(err)
+    check_before_load(f"local:{cks[0].path}", tokens=tokens)  # the first checkpoint's context, from its config.json
 
     from interp import corpus as corpus_mod
     from interp.engine import ScanConfig

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import typer
 
-from interp.cli.common import DTYPE, MODEL, app, check_paths, console, fail, show_table
+from interp.cli.common import DTYPE, MODEL, app, check_before_load, check_paths, console, fail, show_table, tokens_option
 from interp.errors import InterpError
 
 
 @app.command()
-def verify(model: str = MODEL, tokens: int = typer.Option(256, help="prompt length"),
-           atol: float = typer.Option(1e-4), device: str = typer.Option("cpu", help="cpu | cuda | auto"), dtype: str = DTYPE) -> None:
+def verify(model: str = MODEL, tokens: int = tokens_option(256, "prompt length"),
+           atol: float = typer.Option(1e-4, min=0.0, help="largest |recomputed - eager| that passes"), device: str = typer.Option("cpu", help="cpu | cuda | auto"), dtype: str = DTYPE) -> None:
     """Check that recomputed attention equals the model's eager attention on a pydoc prompt."""
     check_paths(model=model)
+    check_before_load(model, device=device, dtype=dtype, tokens=tokens)
 
     from interp import corpus as corpus_mod
     from interp.hooks.capture import verify_attention

@@ -107,26 +107,35 @@ def _indices(sel, n: int, what: str, model_name: str) -> list[int]:
     return out
 
 
-def parse_index_spec(spec: str | Sequence[int] | None, what: str = "layer") -> list[int] | None:
+def parse_index_spec(spec: str | Sequence[int] | None, what: str = "layer", count: int | None = None,
+                     model_name: str = "the model") -> list[int] | None:
     """``"0,2,5-7"`` -> ``[0, 2, 5, 6, 7]``; ``None`` / ``"all"`` -> None (all); a sequence passes through.
 
+    ``count``: the model's number of layers (heads); every index and range end must lie in ``0..count-1``, checked
+    before a range is expanded (``0-1000000000`` is refused, not listed).
+
     Raises:
-        ConfigError: text that is not comma-separated integers or ``a-b`` ranges.
+        ConfigError: text that is not comma-separated integers or ``a-b`` ranges with ``a <= b``, nothing selected, or
+            an index outside ``0..count-1``.
     """
     if spec is None or (isinstance(spec, str) and spec.strip() in ("", "all")):
         return None
     if not isinstance(spec, str):
         return [int(x) for x in spec]
-    out = []
+    syntax = f"--{what}s takes comma-separated integers or ranges A-B with A <= B (e.g. 0,2,5-7) or 'all', got {spec!r}"
+    bounds = []
     try:
         for part in (p.strip() for p in spec.split(",")):
-            if not part:
-                continue
-            a, sep, b = part.partition("-")
-            out += list(range(int(a), int(b) + 1)) if sep else [int(a)]
+            if part:
+                a, sep, b = part.partition("-")
+                bounds.append((int(a), int(b) if sep else int(a)))
     except ValueError:
-        raise ConfigError(f"--{what}s takes comma-separated integers or ranges (e.g. 0,2,5-7) or 'all', got {spec!r}") from None
-    return out
+        raise ConfigError(syntax) from None
+    if not bounds or any(a > b for a, b in bounds):
+        raise ConfigError(syntax)
+    if count is not None and (bad := next((x for ab in bounds for x in ab if not 0 <= x < count), None)) is not None:
+        raise ConfigError(f"--{what}s: {what} {bad} is out of range: {model_name} has {what}s 0..{count - 1}")
+    return [i for a, b in bounds for i in range(a, b + 1)]
 
 
 def value_weighted_attention(probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -459,8 +468,9 @@ def view_command_main(model_name: str, text: str | None = None, file: str | Path
         except OSError as err:
             raise ConfigError(f"--file {file}: cannot be read ({err.strerror or err.__class__.__name__})") from None
     model = load_model(model_name, device=device, dtype=dtype)
-    view = attention_view(model, text, layers=parse_index_spec(layers, "layer"), heads=parse_index_spec(heads, "head"),
-                          window=window, start=start)
+    card = model.card
+    view = attention_view(model, text, layers=parse_index_spec(layers, "layer", card.n_layers, card.name),
+                          heads=parse_index_spec(heads, "head", card.n_heads, card.name), window=window, start=start)
     return view.save(out)
 
 

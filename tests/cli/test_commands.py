@@ -56,7 +56,7 @@ def test_ablate_writes_the_band_table_and_the_causal_summary(tmp_path):
     assert (c["layers"] == "all").all()
     page = (out / "report.html").read_text()
     assert "Frequencies: band ablation" in page and "Causal ablation" in page
-    bad = runner.invoke(app, ["ablate", "tiny-llama", "--planes", "0,99", "--out", str(tmp_path / "bad")])
+    bad = runner.invoke(app, ["ablate", "tiny-llama", "--tokens", "48", "--planes", "0,99", "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "planes of 'custom' must lie in" in bad.output
 
 

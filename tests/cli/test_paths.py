@@ -101,7 +101,7 @@ def _make_space() -> Path:
 
 # name: (arguments with {d} for the scratch folder, unprivileged?)
 CASES = {
-    "control_scan": (["scan", "tiny-llama", "--out", "{d}/new/scan"], False),
+    "control_scan": (["scan", "tiny-llama", "--tokens", "64", "--out", "{d}/new/scan"], False),
     "scan_out_file": (["scan", "tiny-llama", "--out", "{d}/a_file"], False),
     "scan_out_under_file": (["scan", "tiny-llama", "--out", "{d}/a_file/sub"], False),
     "sweep_out_file": (["sweep", "tiny-llama", "--lengths", "32", "--out", "{d}/a_file"], False),
