@@ -91,7 +91,7 @@ def role_bands(summary: pd.DataFrame) -> go.Figure | None:
     if not cols:
         return None
     fig = go.Figure([go.Bar(x=summary["role"], y=summary[c], name=c.replace("inp_active_", "") + " band") for c in cols])
-    fig.update_layout(barmode="group", height=380, title="Roles against RoPE band use: median active InP planes per band",
+    fig.update_layout(barmode="group", height=380, title="Roles against RoPE band use: median number of planes active in each band (InP)",
                       yaxis_title="active planes (InP share >= 0.1)", xaxis_title="role")
     return fig
 
@@ -134,7 +134,7 @@ def render_atlas(res: AtlasResult, report_link: str | None = "report.html") -> s
              + f". Wall time: {secs}. Every score is exact (streaming, no [head, pos, pos] materialised); definitions in "
                f"interp.experiments.atlas and the measures' docstrings.{link}</p>",
              html_kit.figure(role_grid(t), "atlas-grid"),
-             "<h2>Roles: rules, counts, r1 and band use</h2>",
+             "<h2>Roles: rules, counts, near-rank-one queries and keys (r1) and RoPE band use</h2>",
              '<p class="note">A head may hold several roles; "dominant" counts the heads whose grid colour the role is. '
              "Thresholds that read a token-matched score lie 0.4 of the way from chance (a head attending uniformly over "
              "its causal keys) to the share of queries that can attend such a key (the rule of the TransformerLens / "

@@ -114,7 +114,7 @@ def render_compare(table: pd.DataFrame, top: int = 8) -> str:
              '<p class="note">Each scan as written by interp scan (definitions: interp README, "Measurements"). '
              "The table below has one row per model; compare.csv has one row per (model, layer, head).</p>",
              "<h2>Summary</h2>", f'<div class="wide">{html_kit.table(s)}</div>', "<h2>Slash-dominant heads by lag</h2>", html_kit.figure(sdh_lag_figure(s), "cmp-lags"),
-             "<h2>Distributions of r1, sink weight and cone cosines</h2>", html_kit.figure(box_figure(table), "cmp-box"),
+             "<h2>Distributions of near-rank-one-ness (r1), sink weight and query-key cone cosines</h2>", html_kit.figure(box_figure(table), "cmp-box"),
              "<h2>Any two measurements</h2>", 'x: <select id="cmp-x"></select> y: <select id="cmp-y"></select>',
              '<div id="cmp-scatter" class="fig"></div>', f"<h2>Top {top} SDHs of each model</h2>"]
     parts += [f'<div class="wide">{html_kit.table(t)}</div>' for t in tops]

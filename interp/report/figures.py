@@ -50,7 +50,7 @@ def sdh_maps(maps: np.ndarray, top: pd.DataFrame, tokens: list[str] | None = Non
     n = len(top)
     cols = min(3, max(n, 1))
     rows = max(1, -(-n // cols))
-    titles = [f"L{r.layer}H{r.head}  slash {r.slash_score:.3f} @ delta {int(r.slash_delta)}" for r in top.itertuples()]
+    titles = [f"L{r.layer}H{r.head}: mean attention {r.slash_score:.3f} at lag {int(r.slash_delta)}" for r in top.itertuples()]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles or None)
     for i, r in enumerate(top.itertuples()):
         m = maps[r.layer, r.head]
@@ -68,8 +68,9 @@ def slash_spectrum(deltas: np.ndarray, scores: np.ndarray, label: str, kappa: fl
     for row, name in zip(np.atleast_2d(scores), [label] if np.ndim(scores) == 1 else label):
         fig.add_trace(go.Scatter(x=deltas, y=row, mode="lines", name=name))
     if kappa is not None:
-        fig.add_hline(y=kappa, line_dash="dot", annotation_text=f"kappa = {kappa:g}")
-    fig.update_layout(xaxis_title="lag delta", yaxis_title="average slash score", yaxis_type="log", height=380)
+        fig.add_hline(y=kappa, line_dash="dot", annotation_text=f"slash-dominant at {kappa:g} (kappa)")
+    fig.update_layout(xaxis_title="lag: query i to key i - lag", yaxis_title="mean attention at the lag (slash score)",
+                      yaxis_type="log", height=380)
     return fig
 
 

@@ -116,8 +116,9 @@ def _long_range_section(result: ScanResult, heads: pd.DataFrame, top: int = 5) -
     d = np.arange(lags.start, lags.stop)
     rows = list(shown.itertuples()) + [r for r in repeats.head(2).itertuples()]
     names = [f"L{r.layer}H{r.head}" for r in shown.itertuples()] + [f"L{r.layer}H{r.head} (content repeat)" for r in repeats.head(2).itertuples()]
-    parts = [f"<h2>Long-range slash-dominant heads (lags {lags.start}..{lags.stop - 1}, kappa = {cfg.kappa_long:g}): "
-             f"{len(consistent)} hold in at least {cfg.long_min_frac:.0%} of the {P} prompts</h2>",
+    parts = [f"<h2>Long-range slash-dominant heads: {len(consistent)} with mean attention at least {cfg.kappa_long:g} at one "
+             f"lag in {lags.start}..{lags.stop - 1}, in at least {cfg.long_min_frac:.0%} of the {P} prompts "
+             "(kappa_long; paper 004, App. C)</h2>",
              f'<p class="note">A long lag counts only when the head is slash-dominant there in at least {cfg.long_min_frac:.0%} of the '
              "prompts; a lag that holds in fewer is a passage repeated within a prompt and copied by content, not a positional "
              f"slash (paper 004, App. C and Table 6). Lags with at least {cfg.long_min_entries} entries per prompt.</p>"]
@@ -154,7 +155,7 @@ def _frequency_section(result: ScanResult, heads: pd.DataFrame, causal: pd.DataF
         mean_abs = inp_measure.means(result)[1].nan_to_num(nan=0.0).numpy()
         z = np.stack([mean_abs[r.layer, r.head] / max(mean_abs[r.layer, r.head].max(), 1e-30) for r in table.itertuples()])
         labels = [f"L{r.layer}H{r.head} lag {r.delta}" for r in table.itertuples()]
-        parts += ["<h3>Which planes the slash-dominant heads use: mean |InP| per plane</h3>",
+        parts += ["<h3>Which RoPE planes the slash-dominant heads use: each plane's part of the query-key logit (mean |InP|)</h3>",
                   '<p class="note">InP(i, j, l) = q_rot_i^(l) . k_rot_j^(l), the part of the logit carried by plane l (paper 004, eq. 8-9), '
                   "averaged in absolute value over the visible pairs (keys 0..3 dropped) and divided by each head's maximum; "
                   "planes at >= 0.1 are active (004 Sec. 4). The picker above shows any head's spectrum, signed mean too.</p>",
@@ -163,6 +164,14 @@ def _frequency_section(result: ScanResult, heads: pd.DataFrame, causal: pd.DataF
         parts += ["<h3>Causal ablation: the model run with each band unrotated</h3>",
                   '<p class="note">Mean next-token negative log-likelihood (nats per token) on the same prompts.</p>', html_kit.table(causal)]
     return parts
+
+
+def token_strip(tokens: list[str]) -> str:
+    """Tokens as a wrapping row of boxes, each with its position above it and its white space made visible (a space
+    as a middle dot, a line break as a return arrow, a tab as an arrow), escaped for HTML."""
+    shown = [t.replace(" ", "\u00b7").replace("\n", "\u21b5").replace("\t", "\u2192") or "\u2205" for t in tokens]
+    return ('<div class="tokstrip">' + "".join(f'<span class="tok"><span class="pos">{i}</span>{html.escape(t)}</span>'
+                                             for i, t in enumerate(shown)) + "</div>")
 
 
 def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int = 6, causal: pd.DataFrame | None = None,
@@ -184,8 +193,11 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
                 + "</p>"] if links else []),
              "<h2>Model card</h2>", html_kit.table(_card_table(result), "tbl card"),
              "<h2>Per-head measurements (layer x head)</h2>", html_kit.figure(figures.metric_heatmaps(heads), "heatmaps"),
-             f"<h2>Slash-dominant heads (lag 0..4, kappa = {result.config.kappa:g}): {len(sdh)} of {len(heads)}</h2>",
-             '<p class="note">Click a row to show that head in the picker below.</p>',
+             f"<h2>Slash-dominant heads: {len(sdh)} of {len(heads)}, with mean attention at least {result.config.kappa:g} at "
+             f"one lag 0..4 (kappa; paper 004, Def. 3.1, eq. 6)</h2>",
+             '<p class="note">The slash score of a head at lag delta is its mean attention from each query i to the key '
+             "delta positions back (a diagonal of the attention map: a slash); slash_delta is the lag of the best one. "
+             "Click a row to show that head in the picker below.</p>",
              '<div class="scroll">' + html_kit.table(sdh, "tbl sdh") + "</div>"]
     if len(top):
         parts += ["<h2>Average attention maps of the top SDHs</h2>", html_kit.figure(figures.sdh_maps(maps, top), "sdh-maps")]
@@ -196,14 +208,16 @@ def render(result: ScanResult, heads: pd.DataFrame | None = None, top_maps: int 
     parts += _frequency_section(result, heads, causal)
     if heads["sink_weight_norope"].notna().any():
         rates, eps = sink_rates(heads), result.config.sink_eps
-        gu = "" if np.isnan(rates["gu"]) else f"sink rate {rates['gu']:.1%} (Gu et al.: per prompt, importance of token 0 &gt; {eps:g}, mean over heads and prompts); "
-        parts += [f"<h2>Sinks: {gu}{rates['of_mean']:.1%} of heads with mean importance of token 0 &gt; {eps:g}</h2>",
-                  html_kit.figure(figures.sink_scatter(heads), "sinks")]
+        gu = ("" if np.isnan(rates["gu"]) else
+              f"; sink rate {rates['gu']:.1%}: the share of heads and prompts above it (Gu et al. 2024)")
+        parts += [f"<h2>Sinks: {rates['of_mean']:.1%} of heads give token 0 more than {eps:g} of their attention on average"
+                  f" (sink_eps{gu})</h2>", html_kit.figure(figures.sink_scatter(heads), "sinks")]
     parts += measure_sections(result, tokenizer)  # views of measures that contribute one (interp.report.sections)
     toks = result.meta.get("sample_tokens", [])
     if toks:
         parts += ["<h2>First tokens of the first prompt</h2>",
-                  '<div class="tokens">' + " ".join(f"[{i}]{html.escape(t)}" for i, t in enumerate(toks)) + "</div>"]
+                  '<p class="note">One box per token, its position above it; a space is shown as \u00b7, a line break as '
+                  "\u21b5, a tab as \u2192.</p>", token_strip(toks)]
     row_js = ("document.querySelectorAll('table.sdh tbody tr').forEach(function(tr){tr.style.cursor='pointer';"
               "tr.onclick=function(){var c=tr.children;interpPick(+c[0].textContent,+c[1].textContent);};});")
     body = "\n".join(parts)

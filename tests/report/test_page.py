@@ -52,7 +52,7 @@ def test_long_range_section_puts_consistent_heads_first_and_marks_content_repeat
     res.meta["sample_tokens"] = []
     page = render(res)
     head = page.split("Long-range slash-dominant heads")[1]
-    assert "1 hold in at least 67% of the 3 prompts" in head
+    assert ": 1 with mean attention at least 0.001 at one lag in 30..100, in at least 67% of the 3 prompts" in head
     consistent, repeats = head.split("Content repeats")
     first_row = consistent.split("<tbody>")[1].split("</tr>")[0]
     assert [c for c in re.findall(r"<td>([^<]*)</td>", first_row)][:2] == ["0", "1"] and f"<td>{LAG_POS}</td>" in first_row
