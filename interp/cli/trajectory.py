@@ -20,8 +20,8 @@ def trajectory(
     source: str = typer.Argument(..., help="a folder of saved checkpoints (one model folder each, e.g. step-100/, and "
                                  "optionally train_log.csv with columns step, loss), or a Hugging Face hub id ORG/NAME "
                                  "whose --revisions are in the local cache"),
-    revisions: Optional[str] = typer.Option(None, help="comma-separated subfolders (or hub revisions) in order [default: "
-                                            "every model subfolder, by the number in its name]"),
+    revisions: Optional[str] = typer.Option(None, help="comma-separated subfolders (or hub revisions) in order",
+                                            show_default="every model subfolder, by the number in its name"),
     corpus: str = typer.Option("repeated-random", help="probe prompts, the same at every checkpoint: pydoc | stdlib | random | "
                                "repeated-random (BOS, r, r: induction heads' input)"),
     prompts: int = PROMPTS,
