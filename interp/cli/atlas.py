@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from interp.cli.common import (
     BLOCK_SIZE, DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_before_load, check_paths, console, fail,
-    float_list, int_list, show_table, top_option,
+    float_list, int_list, show_table,
 )
 from interp.errors import ConfigError, InterpError
 

@@ -246,9 +246,9 @@ MAX_TOKENS = 2**26  # prompts x tokens of one run: 512 MB of token ids (a scan o
 def check_before_load(model: Optional[str] = None, *, device: Optional[str] = None, dtype: Optional[str] = None,
                       device_map: Optional[str] = None, engine: Optional[str] = None, executor: Optional[str] = None,
                       corpus: Optional[str] = None, atlas_passes: bool = False, prompts: Optional[int] = None,
-                      tokens: Optional[int] = None, repeats: Optional[int] = None, lengths: Sequence[int] = (), beyond_context: Optional[bool] = None,
-                      heads: Optional[Sequence[tuple[int, int]]] = None, layers: Optional[Sequence[int]] = None,
-                      head_indices: Optional[Sequence[int]] = None) -> Optional["ModelShape"]:
+                      tokens: Optional[int] = None, repeats: Optional[int] = None, lengths: Sequence[int] = (),
+                      beyond_context: Optional[bool] = None, heads: Optional[Sequence[tuple[int, int]]] = None,
+                      layers: Optional[Sequence[int]] = None) -> Optional["ModelShape"]:
     """Everything a command can check before its model loads; a bad value: one line naming it and the fix, exit 2.
 
     Args:
@@ -264,7 +264,7 @@ def check_before_load(model: Optional[str] = None, *, device: Optional[str] = No
             fit in it.
         lengths: prompt lengths (sweep, retrieval), each at most the context unless ``beyond_context`` (sweep's
             ``--beyond-context``: None where the command has no such option).
-        heads: ``(layer, head)`` pairs, ``layers`` / ``head_indices``: layer and head numbers, all inside the grid.
+        heads: ``(layer, head)`` pairs, ``layers``: layer numbers, all inside the grid.
 
     Returns:
         The model's ``ModelShape``, or None where it cannot be read without loading (a hub id not in the local cache,
@@ -293,7 +293,8 @@ def check_before_load(model: Optional[str] = None, *, device: Optional[str] = No
             if atlas_passes and corpus in CORPORA and corpus not in ("pydoc", "stdlib"):
                 raise PromptError(f"--corpus {corpus} is not a text corpus; use pydoc or stdlib")
             if corpus not in CORPORA:
-                raise PromptError(f"unknown --corpus {corpus!r}; use one of {', '.join(CORPORA[:2] if atlas_passes else CORPORA)}")
+                raise PromptError(f"unknown --corpus {corpus!r}; use one of "
+                                  f"{', '.join(CORPORA[:2] if atlas_passes else CORPORA)}")
             n = tokens or max(lengths, default=0)
             if prompts is not None and prompts * n > MAX_TOKENS:
                 raise PromptError(f"--prompts {prompts} x {n} tokens is {prompts * n:,} tokens, more than the "
@@ -305,7 +306,7 @@ def check_before_load(model: Optional[str] = None, *, device: Optional[str] = No
             _check_model_name(model)
             shape = model_shape(model)
         if shape is not None:
-            _check_shape(model, shape, tokens, lengths, beyond_context, heads, layers, head_indices)
+            _check_shape(model, shape, tokens, lengths, beyond_context, heads, layers)
     except InterpError as err:
         fail(err)
     return shape
@@ -324,16 +325,16 @@ def _check_model_name(model: str) -> None:
 
 
 def _check_shape(model: str, shape: "ModelShape", tokens: Optional[int], lengths: Sequence[int],
-                 beyond_context: Optional[bool], heads, layers, head_indices) -> None:
+                 beyond_context: Optional[bool], heads, layers) -> None:
     """``check_before_load``'s checks against the model's grid and context (raises ``InterpError``)."""
     if heads:
         from interp.hooks.heads import check_heads
 
         check_heads(heads, shape.n_layers, shape.n_heads)
-    for what, got, n in (("layer", layers, shape.n_layers), ("head", head_indices, shape.n_heads)):
-        bad = [x for x in got or () if not 0 <= x < n]
-        if bad:
-            raise ConfigError(f"--{what}s: {what} {bad[0]} is outside {model}'s {n} {what}s; use {what}s 0..{n - 1}")
+    bad = [x for x in layers or () if not 0 <= x < shape.n_layers]
+    if bad:
+        raise ConfigError(f"--layers: layer {bad[0]} is outside {model}'s {shape.n_layers} layers; use layers "
+                          f"0..{shape.n_layers - 1}")
     ctx = shape.context_length
     if ctx is None:
         return
@@ -341,5 +342,6 @@ def _check_shape(model: str, shape: "ModelShape", tokens: Optional[int], lengths
         raise PromptError(f"--tokens {tokens} exceeds the context of {model} ({ctx}); use --tokens {ctx} or fewer")
     longest = max(lengths, default=0)
     if longest > ctx and not beyond_context:
-        hint = " or pass --beyond-context to measure out-of-distribution positions on purpose" if beyond_context is not None else ""
+        hint = (" or pass --beyond-context to measure out-of-distribution positions on purpose"
+                if beyond_context is not None else "")
         raise PromptError(f"--lengths: {longest} exceeds the context of {model} ({ctx}); use lengths up to {ctx}{hint}")

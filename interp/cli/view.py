@@ -32,8 +32,6 @@ def view(
     from interp.report.viewer import parse_index_spec, view_command_main
 
     try:
-        if (text is None) == (file is None):
-            raise InterpError("pass exactly one of --text and --file")
         parse_index_spec(layers, "layer", shape and shape.n_layers, model)
         parse_index_spec(heads, "head", shape and shape.n_heads, model)
         path = view_command_main(model, text, file, out, layers, heads, window, start, device=device, dtype=dtype)

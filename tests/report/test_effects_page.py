@@ -4,7 +4,6 @@ describes only the interventions run, warns below 5 prompts; the command's closi
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
