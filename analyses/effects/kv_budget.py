@@ -168,6 +168,7 @@ def join_parts(c: pd.DataFrame) -> pd.DataFrame:
         base = base.set_index(keys)
         base.loc[part.index.intersection(base.index), list(cols)] = part
         base = base.reset_index()
+        base.loc[base[flag].isna(), [c for c in cols if c != flag]] = np.nan  # a part that did not run: no settings
     return base
 
 
@@ -196,7 +197,9 @@ def summary(c: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
         for order, o in g.groupby("order", sort=False):
             o = o.set_index("share").sort_index()
 
-            def reach(ok) -> float:
+            def reach(ok, measured) -> float:
+                if not measured.notna().any():
+                    return np.nan
                 last = 0.0
                 for share, good in ok.items():
                     if not good:
@@ -209,9 +212,9 @@ def summary(c: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
                          "dnll_at_duo": float(at["dnll"]) if at is not None else np.nan,
                          "recall_at_duo": float(at["recall"]) if at is not None else np.nan,
                          "kv_saved_at_duo": float(at["kv_saved"]) if at is not None else np.nan,
-                         "max_share_effects_loss": reach(o["dnll"] <= eff["dnll_hi"].reindex(o.index) + 1e-12),
-                         "max_share_effects_recall": reach(o["recall"] >= eff["recall_lo"].reindex(o.index) - 1e-12),
-                         "max_share_clean_recall": reach(o["recall"] >= clean - 1e-12),
+                         "max_share_effects_loss": reach(o["dnll"] <= eff["dnll_hi"].reindex(o.index) + 1e-12, o["dnll"]),
+                         "max_share_effects_recall": reach(o["recall"] >= eff["recall_lo"].reindex(o.index) - 1e-12, o["recall"]),
+                         "max_share_clean_recall": reach(o["recall"] >= clean - 1e-12, o["recall"]),
                          "clean_recall": clean, "clean_nll": float(o["clean_nll"].iloc[0])})
     return pd.DataFrame(rows)
 
@@ -270,6 +273,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                 df = pd.concat(parts)
                 if name == "kv_budget_curves.csv":
                     df = join_parts(df)
+                else:  # folders that reused a scan hold the same rows: once each
+                    df = df.drop_duplicates(["model", "layer", "head"] if "head" in df else ["model"], keep="last")
                 write_rows(df, args.out / name)
         args.summary_only = True
     if args.summary_only:
@@ -279,6 +284,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         c, h = pd.read_csv(args.out / "kv_budget_curves.csv"), pd.read_csv(args.out / "kv_budget_heads.csv")
         kinds = {m: ("MHA" if g["kv_head"].max() == g["head"].max() else "MQA" if g["kv_head"].max() == 0 else "GQA")
                  for m, g in h.groupby("model")}
+        save_figure(figure(c), args.out, "kv_budget_curves")
         return write_rows(summary(c, kinds), args.out / "kv_budget_summary.csv")
     if args.quick:
         args.prompts, args.tokens, args.loss_prompts, args.loss_tokens = 2, 96, 2, 96
