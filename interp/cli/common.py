@@ -79,9 +79,16 @@ def top_option(what: str, default: int = 10):
     return typer.Option(default, min=0, help=f"rows of the {what} table to print")
 
 
+# the characters str.splitlines breaks a line at, written as their escapes in a message (a value typed by the user or
+# echoed by a library, e.g. torch's 'Invalid device string' quoting a control character)
+_LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
 def fail(err: Exception) -> None:
-    """Print ``err`` as one red line (not read as rich markup) and exit 2: every refused input ends here."""
-    console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)  # one line; escaped: '.[gemma]' is not rich markup
+    """Print ``err`` as one red line (not read as rich markup; any line break in it written as its escape) and exit 2:
+    every refused input ends here."""
+    text = escape(str(err).translate(_LINE_BREAKS))  # escaped: '.[gemma]' is not rich markup
+    console.print(f"[bold red]error:[/] {text}", soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -47,6 +47,7 @@ def refused(args: list[str], *needles: str) -> str:
     (["scan", "tiny-llama", "--corpus", "repeated-random", "--tokens", "16", "--repeats", "20"], ["--repeats 20"]),
     (["scan", "tiny-llama", "--prompts", "100000000"], ["ask for fewer prompts"]),
     (["scan", "tiny-llama", "--device", "tpu"], ["tpu"]),
+    (["scan", "tiny-llama", "--device", "a\x1eb\nc"], ["unknown device", "a\\x1eb\\nc"]),  # torch echoes it: still one line
     (["scan", "tiny-llama", "--executor", "dask"], ["unknown --executor 'dask'"]),
     (["scan", "tiny-llama", "--tokens", "64", "--shard", "0/2", "--executor", "ray"], ["--shard and --executor ray"]),
     (["scan", "tiny-nope"], ["unknown model 'tiny-nope'"]),
