@@ -17,7 +17,9 @@ head streamed alone, sink 4 and window 64, on pydoc prompts) and the atlas (``di
   prompts, measured on the held-out ones) and ``--draws`` (20) random sets of ``n`` heads drawn uniformly from all
   heads (``random``), for ``n`` = the rule's count and a quarter, half and three quarters of the heads (the ``rule``
   order also at an eighth and three eighths): ``dnll`` with a 95% bootstrap interval over prompts, and ``mass_max``,
-  the largest distant mass in the set (for ``rule``: the threshold that streams those heads). Per ``n``,
+  the largest distant mass in the set (for ``rule``: the threshold that streams those heads); ``--random-shares ''``
+  keeps the causal and random sets to the rule's count (the rule order still runs at every share), for a large model
+  on a busy CPU. Per ``n``,
   ``figures/effects_streaming_joint_summary.csv`` gives the rule's and the causal order's ``dnll`` beside the random
   sets' mean and 2.5 / 97.5 percentiles (the range of one random set, ``interp.experiments.controls.draw_interval``)
   and ``p_rule_below`` / ``p_causal_below``: the share of random sets (the tested set counted as one) whose ``dnll``
@@ -29,7 +31,8 @@ Writes ``figures/effects_streaming.csv`` (one row per model), ``figures/effects_
 ``figures/effects_streaming_heads.csv`` (per head: distant mass, the rule's label, the streaming ``dnll``) and the
 scatter "where it looks vs what it does" ``figures/effects_streaming.{html,png}`` of every model in that table.
 
-    python analyses/effects/streaming_criterion.py [--models ...] [--joint-prompts 4] [--draws 20] [--quick] [--out DIR]
+    python analyses/effects/streaming_criterion.py [--models ...] [--joint-prompts 4] [--draws 20] [--random-shares 0.25,0.5,0.75]
+        [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -129,6 +132,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 2 x 96 tokens, its own small atlas (seconds)")
     ap.add_argument("--joint-prompts", type=int, default=4, help="held-out pydoc prompts of the joint test")
     ap.add_argument("--draws", type=int, default=20, help="random head sets per count in the joint test")
+    ap.add_argument("--random-shares", default=None,
+                    help="shares of the heads that get causal and random sets besides the rule's count (default "
+                         "0.25,0.5,0.75; '' for the rule's count only: the rule order still runs at every share)")
     table_options(ap)
     args = ap.parse_args(argv)
     if args.quick:
@@ -168,8 +174,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
             row["youden_threshold"], row["youden_tpr"], row["youden_fpr"] = youden_threshold(t["distant_mass"], ~needs)
         # the joint test on held-out prompts
         held = interp.corpus.prompts(model, "pydoc", args.joint_prompts, N, seed=1)
-        counts = sorted({int(rule.sum()), *(int(round(s * len(t))) for s in SHARES)} - {0})
-        sets = head_sets(t, counts, args.draws, rule_counts=tuple(int(round(s * len(t))) for s in RULE_SHARES))
+        shares = SHARES if args.random_shares is None else tuple(float(x) for x in args.random_shares.split(",") if x)
+        counts = sorted({int(rule.sum()), *(int(round(s * len(t))) for s in shares)} - {0})
+        rule_only = tuple(int(round(s * len(t))) for s in sorted(set(RULE_SHARES) | set(SHARES)))
+        sets = head_sets(t, counts, args.draws, rule_counts=rule_only)
         print(f"{name}: joint streaming of {len(sets)} head sets on {args.joint_prompts} x {N} held-out tokens", flush=True)
         dn, _, nll = set_effects(model, held, [s[3] for s in sets], "streaming", EffectsConfig(batch_rows=4))
         mass = dict(zip(zip(t["layer"].astype(int), t["head"].astype(int)), t["distant_mass"]))
