@@ -53,10 +53,12 @@ DEVICE_MAP = typer.Option(None, "--device-map", help="auto: place the layers ove
 EXECUTOR = typer.Option("local", help="local (this process) | ray (workers on a local or existing Ray cluster)")
 WORKERS = typer.Option(2, min=1, help="Ray workers (each loads the model once); ignored by --executor local")
 ADDRESS = typer.Option(None, help="an existing Ray cluster to join (auto, ray://host:10001); default: start a local one")
+RETRIES = typer.Option(3, min=0, max=100, help="--executor ray: restarts of a worker that dies (killed, node lost) and "
+                       "retries of its chunk before the run fails")
 CORPUS = typer.Option("pydoc", help="pydoc | stdlib | random | repeated-random (BOS, r, r: induction heads' input)")
 REPEATS = typer.Option(2, min=1, help="copies of the random sequence in --corpus repeated-random (RazorAttention uses 4)")
 MEASURE = typer.Option([], "--measure", help="switch on an optional measure (repeatable): inp, geometry, token_match, echo, massive, shape, "
-                       "heavy_hitters; "
+                       "kv_budget, heavy_hitters; "
                        "--measure list prints every registered measure and exits")
 PROMPTS = typer.Option(8, min=1, help="number of prompts")
 BLOCK_SIZE = typer.Option(32, min=1, help="queries per attention block")

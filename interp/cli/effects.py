@@ -10,8 +10,9 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, PROMPTS, SEED, app, check_before_load, check_paths, console,
-                               fail, parse_heads, plural, show_table, tokens_option, top_option)
+from interp.cli.common import (ADDRESS, ATLAS, DEVICE, DTYPE, EXECUTOR, MODEL, PROMPTS, RETRIES, SEED, WORKERS, app,
+                               check_before_load, check_paths, console, fail, parse_heads, plural, show_table, tokens_option,
+                               top_option)
 from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
 from interp.errors import InterpError
 
@@ -40,6 +41,10 @@ def effects(
     device: str = DEVICE,
     dtype: str = DTYPE,
     top: int = top_option("largest-effect"),
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
+    retries: int = RETRIES,
     resume: bool = RESUME,
     force: bool = FORCE,
 ) -> None:
@@ -50,7 +55,9 @@ def effects(
     Writes effects.csv (layer, head, intervention, dnll, dnll_lo, dnll_hi, kl; atomically: an interrupted run leaves
     no new file), effects.json (clean NLL, settings, timing) and effects.html (a layer x head grid per intervention).
     With --method exact each finished layer goes into OUT/units as the run goes: --resume continues an interrupted
-    run, Ctrl-C / SIGTERM write the finished layers' rows marked partial and exit 130 / 143.
+    run, Ctrl-C / SIGTERM write the finished layers' rows marked partial and exit 130 / 143. --executor ray splits the
+    heads by layer over Ray workers that each hold the model (a killed worker is restarted and its chunk retried,
+    --retries times); the table equals a local run's.
     """
     t_start = time.perf_counter()
     from interp.experiments.effects import EffectsConfig, parse_interventions
@@ -68,7 +75,8 @@ def effects(
         cfg.check(n_tokens=tokens)
     except InterpError as err:
         fail(err)
-    check_before_load(model, device=device, dtype=dtype, corpus=corpus, prompts=prompts, tokens=tokens, heads=cfg.heads)
+    check_before_load(model, device=device, dtype=dtype, executor=executor, corpus=corpus, prompts=prompts, tokens=tokens,
+                      heads=cfg.heads)
     if "streaming" in cfg.interventions and sink + window >= tokens:
         console.print(f"[yellow]warning:[/] --sink {sink} and --window {window} keep every key of a {tokens}-token prompt "
                       f"visible: streaming changes nothing (dnll 0); use --window below {max(tokens - sink, 1)} or more --tokens",
@@ -81,6 +89,9 @@ def effects(
     try:
         if resume and method != "exact":
             raise InterpError(f"--resume needs --method exact (--method {method} keeps no per-layer units)")
+        if executor == "ray" and (method != "exact" or resume):
+            raise InterpError("--executor ray runs --method exact without --resume (a Ray run keeps no per-layer units; a "
+                              "killed worker is retried instead)")
         run.check(force)
     except InterpError as err:
         fail(err)
@@ -100,9 +111,17 @@ def effects(
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
         fn = {"exact": head_effects, "naive": naive_effects, "attribution": attribution_effects}[method]
         n_layers = len({l for l, _ in cfg.heads}) if cfg.heads is not None else m.card.n_layers
-        run.begin(model_identity(m.card), n_layers if method == "exact" else 0)
+        local = executor == "local"
+        run.begin(model_identity(m.card), n_layers if method == "exact" and local else 0)
         kw = {"log": lambda s: console.print(escape(s), soft_wrap=True), "store": LayerStore(run.units_dir),
-              "stop_on": (Interrupted,)} if method == "exact" else {}
+              "stop_on": (Interrupted,)} if method == "exact" and local else {}
+        if not local:
+            from interp.engine.executor import ModelSpec
+            from interp.experiments.sharded import effects_on_workers
+
+            def fn(_m, toks, config, progress):  # each worker loads its own copy of the model
+                return effects_on_workers(ModelSpec(model, device, dtype), toks, config, workers=workers, address=address,
+                                          retries=retries)
         try:
             with interruptible():
                 res = fn(m, p, cfg, progress=True, **kw)

@@ -10,8 +10,9 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from interp.cli.common import (ATLAS, DEVICE, DTYPE, MODEL, SEED, app, check_before_load, check_paths, console, fail,
-                               parse_heads, plural, show_table, top_option)
+from interp.cli.common import (ADDRESS, ATLAS, DEVICE, DTYPE, EXECUTOR, MODEL, RETRIES, SEED, WORKERS, app,
+                               check_before_load, check_paths, console, fail, parse_heads, plural, show_table,
+                               top_option)
 from interp.errors import InterpError
 
 METHODS = ("exact", "naive", "attribution")
@@ -73,12 +74,17 @@ def patch(
     device: str = DEVICE,
     dtype: str = DTYPE,
     top: int = top_option("largest-recovery"),
+    executor: str = EXECUTOR,
+    workers: int = WORKERS,
+    address: Optional[str] = ADDRESS,
+    retries: int = RETRIES,
 ) -> None:
     """Activation patching: which heads carry a behaviour. Per head, the corrupt prompt runs with the head's output
     taken from the clean run (denoise; noise: the reverse); recovered = (mean LD patched - mean LD corrupt) / (mean LD
     clean - mean LD corrupt), LD = logit of the answer minus logit of the wrong token at the last position, with a 95% bootstrap interval
     over pairs (Wang et al. 2022; Heimersheim and Nanda 2024). --method attribution: Nanda 2023's first-order
-    estimate; --paths: path patching (Wang et al. 2022, App. B).
+    estimate; --paths: path patching (Wang et al. 2022, App. B). --executor ray splits the heads by layer over Ray
+    workers that each hold the model (a killed worker is restarted and its chunk retried, --retries times).
 
     Writes patch.csv (layer, head, pos with --positions each, direction, ld, recovered, recovered_lo, recovered_hi),
     patch.json (clean and corrupt mean LD and accuracy, settings, timing), patch.html (a layer x head grid) and, with
@@ -103,9 +109,11 @@ def patch(
         if paths is not None and senders is None:
             raise InterpError("--paths takes sender heads LAYER:HEAD,... (not 'all')")
         cfg.check()
+        if executor == "ray" and (method != "exact" or paths is not None):
+            raise InterpError("--executor ray runs exact per-head patching (--method exact without --paths)")
     except InterpError as err:
         fail(err)
-    check_before_load(model, device=device, dtype=dtype, heads=(cfg.heads or ()) + (senders or ()))
+    check_before_load(model, device=device, dtype=dtype, executor=executor, heads=(cfg.heads or ()) + (senders or ()))
     check_paths(out, writes="patch.csv, patch.json, patch.html", files={"--pairs": pairs, "--atlas": atlas, "--effects": effects},
                 model=model)
     try:
@@ -130,6 +138,12 @@ def patch(
             got = _pairs(m.tokenizer, pairs, records, task, n_pairs, seed, cfg)
         if senders is not None:
             res = path_patch(m, got, senders, cfg, progress=True)
+        elif executor == "ray":
+            from interp.engine.executor import ModelSpec
+            from interp.experiments.sharded import patch_on_workers
+
+            res = patch_on_workers(ModelSpec(model, device, dtype), got, cfg, workers=workers, address=address,
+                                   retries=retries)
         else:
             run = {"exact": patch_heads, "naive": naive_patch_heads, "attribution": attribution_patch_heads}[method]
             kw = {"log": lambda s: console.print(escape(s), soft_wrap=True)} if method == "exact" else {}

@@ -106,6 +106,7 @@ BAD: dict[tuple[str, str], st.SearchStrategy] = {
     ("*", "--engine"): words("cuda", "fast"),
     ("*", "--device-map"): words("balanced", "cpu", "{}"),
     ("*", "--executor"): words("dask", "spark", "Ray"),
+    ("*", "--retries"): st.one_of(st.integers(max_value=-1), st.integers(min_value=101)),
     ("*", "--lengths"): st.one_of(BAD_INTS, st.sampled_from(["0", "1", "-5", "16,-1", "600", "8,100000"])),
     ("retrieval", "--lengths"): st.one_of(BAD_INTS, st.sampled_from(["0", "8", "-5", "64,600", "10000"])),
     ("*", "--depths"): st.one_of(st.sampled_from(["", "x", "1.5", "-0.1", "0.5,2", "nan"]), st.floats(min_value=1.01)),

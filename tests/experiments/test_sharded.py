@@ -61,6 +61,24 @@ def test_patch_on_workers_equals_one_local_run(actors, tiny_llama):
         np.testing.assert_allclose(got.table[num].to_numpy(float), ref.table[num].to_numpy(float), **TOL)
 
 
+def test_effects_and_patch_commands_on_ray_equal_local(actors, tmp_path):
+    """``interp effects`` / ``interp patch`` with --executor ray write the tables a local run writes."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from interp.cli import app
+
+    runs = {"effects": (["effects", "tiny-llama", "--prompts", "3", "--tokens", "32", "--corpus", "random", "--window", "8",
+                         "--bootstrap", "100"], "effects.csv"),
+            "patch": (["patch", "tiny-llama", "--task", "induction", "--n-pairs", "4", "--bootstrap", "100"], "patch.csv")}
+    for name, (args, table) in runs.items():
+        for ex in ("local", "ray"):
+            res = CliRunner().invoke(app, args + ["--executor", ex, "--workers", "2", "--out", str(tmp_path / f"{name}-{ex}")])
+            assert res.exit_code == 0, res.output
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / f"{name}-local" / table), pd.read_csv(tmp_path / f"{name}-ray" / table),
+                                      atol=2e-5, rtol=1e-4)
+
+
 def test_a_worker_killed_mid_chunk_is_restarted_and_the_effects_are_complete(tiny_llama):
     """SIGKILL one worker while it runs its chunk: the actor restarts, the chunk is retried, the table equals a local run."""
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
