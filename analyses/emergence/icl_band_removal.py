@@ -28,8 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import parser  # noqa: E402
-from icl_two_stage import OPTIONS, QUICK, RUN_KEYS, SETTINGS, run  # noqa: E402
+from icl_two_stage import RUN_KEYS, SETTINGS, parse, run  # noqa: E402
 
 from interp.experiments.trajectory import seed_summary  # noqa: E402
 from interp.lab.icl_regression import BAND_REMOVALS, ICLData, frequencies, pulse_check  # noqa: E402
@@ -43,13 +42,7 @@ def sets(quick: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    ap = parser(__doc__, "K = 2, N_in = 4, 20 + 20 steps, one seed, rope and rope without high and medium (seconds)")
-    for flag, kind, default, text in OPTIONS:
-        ap.add_argument(flag, type=kind, default=default, help=text)
-    args = ap.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = parse(__doc__, "K = 2, N_in = 4, 20 + 20 steps, one seed, rope and rope without high and medium (seconds)", argv)
     t0 = time.perf_counter()
     freqs = sets(args.quick)
     _, runs = run([(1, f, s, "reduced") for f in freqs for s in ("two-stage", "joint")], args)

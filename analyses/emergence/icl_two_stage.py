@@ -161,14 +161,20 @@ def run(conds: list[tuple[int, str, str, str]], args) -> tuple[list[pd.DataFrame
     return traces, runs
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
-    ap = parser(__doc__, "K = 2, N_in = 4, 20 + 20 steps, one seed, six conditions (seconds)")
+def parse(doc: str, quick_help: str, argv: list[str] | None):
+    """The arguments of an App. D script: ``OPTIONS`` (``QUICK`` applied under ``--quick``); ``--out`` created."""
+    ap = parser(doc, quick_help)
     for flag, kind, default, text in OPTIONS:
         ap.add_argument(flag, type=kind, default=default, help=text)
     args = ap.parse_args(argv)
     if args.quick:
         vars(args).update(QUICK)
     args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    args = parse(__doc__, "K = 2, N_in = 4, 20 + 20 steps, one seed, six conditions (seconds)", argv)
     t_all = time.perf_counter()
     traces, runs = run(conditions(args.quick), args)
     pulses = []
