@@ -13,8 +13,9 @@ from interp.measures import REGISTRY
 def test_switch_on_turns_on_only_the_named_optional_measures():
     cfg = switch_on(ScanConfig(kappa=0.2), ["inp"])
     assert cfg.inp and not cfg.geometry and cfg.kappa == 0.2
-    assert [m.name for m in REGISTRY.enabled(cfg)] == [m.name for m in REGISTRY if m.name not in ("geometry", "variants", "token_match", "echo", "massive", "shape", "heavy_hitters")]
-    with pytest.raises(ConfigError, match="unknown measure 'nope'; optional measures: inp, geometry, token_match, echo, massive, shape, heavy_hitters"):
+    assert [m.name for m in REGISTRY.enabled(cfg)] == [m.name for m in REGISTRY if m.name not in ("geometry", "variants", "token_match", "echo", "massive", "shape", "kv_budget",
+                                                                                   "heavy_hitters")]
+    with pytest.raises(ConfigError, match="unknown measure 'nope'; optional measures: inp, geometry, token_match, echo, massive, shape, kv_budget, heavy_hitters"):
         switch_on(ScanConfig(), ["nope"])
     with pytest.raises(ConfigError, match="always on"):
         switch_on(ScanConfig(), ["slash"])
