@@ -46,6 +46,7 @@ SCRIPTS = {
     "streaming_criterion": HERE / "effects/streaming_criterion.py",
     "retrieval_masking": HERE / "effects/retrieval_masking.py",
     "patching_zoo": HERE / "effects/patching_zoo.py",  # issue 44: after head_atlas and effects_roles, whose tables it joins
+    "kv_budget": HERE / "effects/kv_budget.py",  # issue 48: after effects_roles and streaming_criterion, whose effects it ranks against
     "induction_ablation": HERE / "effects/induction_ablation.py",
     "rope_band_heads": HERE / "effects/rope_band_heads.py",
     # the lab (issue 9): small models trained on CPU
