@@ -93,6 +93,21 @@ def ray_workers(spec: ModelSpec, workers: int, address: str | None = None, retri
     return [actor.remote(spec) for _ in range(workers)]
 
 
+def ray_get(futures: list) -> list:
+    """``ray.get(futures)``, a failure past the workers' restarts and retries turned into one line.
+
+    Raises:
+        InterpError: a worker failed after its retries (the message names the Ray error and what to do).
+    """
+    import ray
+
+    try:
+        return ray.get(futures)
+    except ray.exceptions.RayError as err:
+        raise InterpError(f"a Ray worker failed after its retries ({type(err).__name__}); see the worker logs (ray logs), "
+                          f"raise --retries or rerun") from None
+
+
 def run_sharded(
     spec: ModelSpec,
     prompts: Sequence[torch.Tensor] | torch.Tensor,
@@ -135,17 +150,11 @@ def run_sharded(
     if executor == "local":
         return scan(model if model is not None else spec.load(), toks, cfg, progress=progress, meta={**meta, "shard": "0/1"},
                     beyond_context=beyond_context, engine=spec.engine)
-    import ray
-
     actors = actors or ray_workers(spec, workers, address)
     parts = shard_ids(len(toks), shards or len(actors))
     futures = [actors[s % len(actors)].scan.remote([toks[i] for i in ids], ids, cfg, f"{s}/{len(parts)}", meta, beyond_context)
                for s, ids in enumerate(parts)]
-    try:
-        results = ray.get(futures)
-    except ray.exceptions.RayError as err:
-        raise InterpError(f"a Ray worker failed after {RETRIES} retries ({type(err).__name__}); see the worker logs "
-                          f"(ray logs) and rerun") from None
+    results = ray_get(futures)
     merged = merge_results(results)
     merged.meta.update({"executor": "ray", "workers": len(actors), "seconds": max(r.meta["seconds"] for r in results),
                         "worker_pids": sorted({r.meta["worker_pid"] for r in results})})

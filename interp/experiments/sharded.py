@@ -11,7 +11,7 @@ thread: matmuls block differently; about 1e-6 relative).
 
 Faults: a worker process that dies (a killed actor, a lost node) is restarted with the model reloaded and its chunk
 retried, up to ``retries`` times (``max_restarts`` / ``max_task_retries`` of the actor); past that, one line names the
-failure. A driver that dies is covered by ``--resume`` of the commands.
+failure. A Ray run keeps no units on disk, so a driver that dies loses the run (``--resume`` covers local runs only).
 
 Chunks: layers are dealt round-robin to ``chunks`` chunks (default twice the workers) so that every chunk mixes early
 layers (a forward from layer 0) with late ones (a forward from near the top).
@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from interp.engine.executor import RETRIES, ModelSpec, ray_workers
-from interp.errors import ConfigError, InterpError
+from interp.engine.executor import RETRIES, ModelSpec, ray_get, ray_workers
+from interp.errors import ConfigError
 from interp.experiments.effects import EffectsConfig, EffectsResult, _order, _prompts, _table, head_effects
 from interp.experiments.patch_tasks import Pair
 from interp.experiments.patching import PatchConfig, PatchResult, _rows, head_table, patch_heads
@@ -60,14 +60,7 @@ def _patch_chunk(model, pairs, config: PatchConfig) -> PatchResult:
 
 def _gather(actors: list, fn: Callable, jobs: list[tuple]) -> list:
     """Run ``fn(model, *job)`` for every job on the actors (job ``i`` on actor ``i mod n``), in job order."""
-    import ray
-
-    futures = [actors[i % len(actors)].run.remote(fn, *job) for i, job in enumerate(jobs)]
-    try:
-        return ray.get(futures)
-    except ray.exceptions.RayError as err:
-        raise InterpError(f"a Ray worker failed after its retries ({type(err).__name__}); see the worker logs (ray logs), "
-                          f"raise --retries or rerun") from None
+    return ray_get([actors[i % len(actors)].run.remote(fn, *job) for i, job in enumerate(jobs)])
 
 
 def _start(spec: ModelSpec, workers: int, address: str | None, actors: list | None, retries: int) -> tuple[list, tuple[int, int]]:
