@@ -4,6 +4,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,6 +66,19 @@ def test_ray_on_the_default_model_equals_one_pass(ray_cluster, smollm2):
     _close(run_sharded(ModelSpec("smollm2-135m"), prompts, executor="ray", workers=2), scan(smollm2, prompts))
 
 
+def _wait_busy(pid: int, job: threading.Thread, cpu_s: float = 0.3) -> None:
+    """Return once process ``pid`` has spent ``cpu_s`` more CPU seconds (it is inside its shard): a kill then lands
+    mid-shard on a fast machine too, where a fixed sleep can outlast the whole shard."""
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    start, deadline = cpu(), time.monotonic() + 120
+    while cpu() - start < cpu_s:
+        assert job.is_alive() and time.monotonic() < deadline, "the worker never started its shard"
+        time.sleep(0.01)
+
+
 def test_a_killed_worker_is_restarted_and_its_shard_retried(ray_cluster, tiny_llama):
     """SIGKILL one worker in the middle of its shard: the merged result is still complete and identical."""
     prompts = [random_tokens(3000, seed=s) for s in range(96)]  # several seconds of work per shard (the kill lands mid-shard)
@@ -74,7 +88,7 @@ def test_a_killed_worker_is_restarted_and_its_shard_retried(ray_cluster, tiny_ll
     job = threading.Thread(target=lambda: out.setdefault("r", run_sharded(ModelSpec("tiny-llama"), prompts, executor="ray",
                                                                       actors=actors, beyond_context=True)))
     job.start()
-    time.sleep(1.5)
+    _wait_busy(pids[0], job)
     os.kill(pids[0], signal.SIGKILL)
     job.join(timeout=180)
     res = out["r"]

@@ -79,20 +79,35 @@ def test_effects_and_patch_commands_on_ray_equal_local(actors, tmp_path):
                                       atol=2e-5, rtol=1e-4)
 
 
-def test_a_worker_killed_mid_chunk_is_restarted_and_the_effects_are_complete(tiny_llama):
-    """SIGKILL one worker while it runs its chunk: the actor restarts, the chunk is retried, the table equals a local run."""
+def test_a_worker_killed_mid_chunk_is_restarted_and_the_effects_are_complete(tiny_llama, tmp_path, monkeypatch):
+    """SIGKILL one worker while it runs its chunk: the actor restarts, the chunk is retried, the table equals a local run.
+
+    The chunk holds at a gate until the kill (no sleep-and-hope: on an idle machine a chunk can end within any sleep)."""
+    import interp.experiments.sharded as sharded
+
+    def gated_chunk(model, prompts, config, means):  # pickled by value: the workers run this, not the module's
+        (tmp_path / f"started-{os.getpid()}").touch()
+        while not (tmp_path / "killed").exists():
+            time.sleep(0.05)
+        return head_effects(model, prompts, config, means=means)
+
+    monkeypatch.setattr(sharded, "_effects_chunk", gated_chunk)
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         workers = ray_workers(ModelSpec("tiny-llama"), 2, retries=2)
         pids = ray.get([a.pid.remote() for a in workers])
-        prompts = torch.stack([random_tokens(256, seed=s) for s in range(24)])  # seconds of work per chunk
+        prompts = torch.stack([random_tokens(64, seed=s) for s in range(4)])
         cfg = EffectsConfig(interventions=("zero", "mean", "streaming"), window=16, bootstrap=0)
         out = {}
         job = threading.Thread(target=lambda: out.setdefault("r", effects_on_workers(ModelSpec("tiny-llama"), prompts, cfg,
                                                                                      actors=workers, chunks=2)))
         job.start()
-        time.sleep(2.0)
+        deadline = time.monotonic() + 300
+        while not (tmp_path / f"started-{pids[0]}").exists():  # chunk 0 runs on workers[0]
+            assert time.monotonic() < deadline and job.is_alive(), "the first chunk never started"
+            time.sleep(0.05)
         os.kill(pids[0], signal.SIGKILL)
+        (tmp_path / "killed").touch()
         job.join(timeout=300)
         got = out["r"]
         assert pids[0] not in got.meta["worker_pids"]  # the killed worker was replaced
