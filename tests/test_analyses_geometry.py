@@ -54,6 +54,12 @@ def test_frayed_bootstrap_changes_pair_each_prompt_with_itself():
         assert out.loc[n, "change"] == np.float64(d.mean()).item() and out.loc[n, "positive"] == (d > 0).sum()
         assert out.loc[n, "change_lo"] <= d.mean() <= out.loc[n, "change_hi"]
     assert list(out["beyond_context"]) == [True, True]
+    # lengths past the context: the changes from the longest length inside it come too (001 Fig. 6's break)
+    both = mod.changes(per.assign(context=128), 500)
+    past = both[both["length_from"] == 128].set_index("length_to")
+    d = vals[:, 2] - vals[:, 1]
+    assert list(both["length_from"]) == [64, 64, 128] and past.loc[256, "change"] == np.float64(d.mean()).item()
+    assert past.loc[256, "beyond_context"] and past.loc[256, "value_from"] == vals[:, 1].mean()
 
 
 def test_quick_frayed_bootstrap_medians_equal_a_scan_of_each_prompt(tmp_path):

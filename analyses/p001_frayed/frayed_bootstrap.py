@@ -25,7 +25,7 @@ sink beyond the context (001 Fig. 6 at 4-8x: 32768-65536 tokens for SmolLM2) is 
 ``analyses/benchmarks/device_check.sh`` (one GPU call).
 
     python analyses/p001_frayed/frayed_bootstrap.py [--models ...] [--lengths 512,1024,2048,4096] [--prompts 16]
-        [--boot 2000] [--device cpu] [--quick] [--out DIR]
+        [--boot 2000] [--device cpu] [--corpus pydoc] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ def prompt_medians(heads: pd.DataFrame) -> dict[str, float]:
 def changes(per: pd.DataFrame, boot: int) -> pd.DataFrame:
     """``frayed_bootstrap.csv`` rows from ``frayed_bootstrap_prompts.csv`` rows (module docstring): per model, measurement
     and longer length, the per-prompt change from the shortest length, its mean and bootstrap interval over prompts.
+    When some lengths lie beyond the model's context, the changes from the longest length inside it are added too
+    (``length_from`` = that length): 001 Fig. 6's break is a change past the context, not from the start.
 
     Raises:
         ValueError: a prompt misses a length (the changes must pair each prompt with itself).
@@ -68,13 +70,17 @@ def changes(per: pd.DataFrame, boot: int) -> pd.DataFrame:
             raise ValueError(f"{model} {measure}: some prompts miss a length; rerun them")
         lengths = sorted(wide.columns)
         context = int(g["context"].iloc[0])
-        d = np.stack([wide[n].to_numpy() - wide[lengths[0]].to_numpy() for n in lengths[1:]])  # [length, prompt]
-        lo, hi = bootstrap_interval(d, boot)
-        for k, n in enumerate(lengths[1:]):
-            rows.append({"model": model, "measure": measure, "length_from": lengths[0], "length_to": n,
-                         "beyond_context": n > context, "prompts": d.shape[1], "change": float(d[k].mean()),
-                         "change_lo": float(lo[k]), "change_hi": float(hi[k]), "positive": int((d[k] > 0).sum()),
-                         "value_from": float(wide[lengths[0]].mean()), "value_to": float(wide[n].mean()), "boot": boot})
+        inside = [n for n in lengths if n <= context]
+        bases = [lengths[0]] + ([inside[-1]] if inside and inside[-1] != lengths[0] and lengths[-1] > context else [])
+        for base in bases:
+            later = [n for n in lengths if n > base]
+            d = np.stack([wide[n].to_numpy() - wide[base].to_numpy() for n in later])  # [length, prompt]
+            lo, hi = bootstrap_interval(d, boot)
+            for k, n in enumerate(later):
+                rows.append({"model": model, "measure": measure, "length_from": base, "length_to": n,
+                             "beyond_context": n > context, "prompts": d.shape[1], "change": float(d[k].mean()),
+                             "change_lo": float(lo[k]), "change_hi": float(hi[k]), "positive": int((d[k] > 0).sum()),
+                             "value_from": float(wide[base].mean()), "value_to": float(wide[n].mean()), "boot": boot})
     return pd.DataFrame(rows)
 
 
@@ -84,6 +90,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the device_check.sh step)")
+    ap.add_argument("--corpus", default="pydoc", help="pydoc, or stdlib for 16 prompts past 7k tokens (pydoc holds 113k tokens)")
     args = ap.parse_args(argv)
     models = ["tiny-llama"] if args.quick else [m for m in args.models if interp.models.is_installed(m)]
     lengths = [64, 128] if args.quick else sorted(int(x) for x in args.lengths.split(","))
@@ -94,7 +101,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         t0 = time.perf_counter()
         model = interp.load_model(name, device=args.device)
         context = model.card.context_length
-        prompts = interp.corpus.prompts(model, "random" if args.quick else "pydoc", n, max(lengths), beyond_context=True)
+        prompts = interp.corpus.prompts(model, "random" if args.quick else args.corpus, n, max(lengths), beyond_context=True)
         for i in range(n):
             res = sweep(model, prompts[i:i + 1], lengths, cfg, beyond_context=True)
             for length in res.lengths:
