@@ -25,7 +25,7 @@ sink beyond the context (001 Fig. 6 at 4-8x: 32768-65536 tokens for SmolLM2) is 
 ``analyses/benchmarks/device_check.sh`` (one GPU call).
 
     python analyses/p001_frayed/frayed_bootstrap.py [--models ...] [--lengths 512,1024,2048,4096] [--prompts 16]
-        [--boot 2000] [--device cpu] [--corpus pydoc] [--quick] [--out DIR]
+        [--boot 2000] [--device cpu] [--corpus pydoc] [--stem frayed_bootstrap] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the device_check.sh step)")
     ap.add_argument("--corpus", default="pydoc", help="pydoc, or stdlib for 16 prompts past 7k tokens (pydoc holds 113k tokens)")
+    ap.add_argument("--stem", default="frayed_bootstrap",
+                    help="table names (<stem>.csv, <stem>_prompts.csv): frayed_bootstrap_beyond for the run past the context")
     args = ap.parse_args(argv)
     models = ["tiny-llama"] if args.quick else [m for m in args.models if interp.models.is_installed(m)]
     lengths = [64, 128] if args.quick else sorted(int(x) for x in args.lengths.split(","))
@@ -113,8 +115,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     summary = changes(per_df, boot)
     merge = not args.quick
     # a run replaces its own lengths' rows only: the CPU run within the context and the GPU run beyond it share the tables
-    write_rows(per_df, args.out / "frayed_bootstrap_prompts.csv", keys=("model", "length"), merge=merge)
-    out = write_rows(summary, args.out / "frayed_bootstrap.csv", keys=("model", "length_from"), merge=merge)
+    write_rows(per_df, args.out / f"{args.stem}_prompts.csv", keys=("model", "length"), merge=merge)
+    out = write_rows(summary, args.out / f"{args.stem}.csv", keys=("model", "length_from"), merge=merge)
     longest = summary[summary["length_to"] == summary["length_to"].max()]
     print(longest[["model", "measure", "length_to", "change", "change_lo", "change_hi", "positive"]].to_string(
         index=False, float_format=lambda v: f"{v:.3f}"))
