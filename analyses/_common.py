@@ -1,5 +1,8 @@
 """What every analysis script shares: where figures go, the zoo models it runs on, saving a figure as HTML + PNG, and
-the provenance of every table it writes (``provenance.json`` beside the tables: command, date, commit, machine)."""
+the provenance of every table it writes (``provenance.json`` beside the tables: command, date, commit, machine).
+
+Scripts import it as ``from analyses._common import parser, write_rows`` and run as modules from the repository root
+(``python -m analyses.p004_slash.band_ablation --quick``)."""
 
 from __future__ import annotations
 
@@ -171,7 +174,8 @@ def merge_sources(names: list[str], dirs: list[Path]) -> None:
 def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dict:
     """Write one entry per ``*.csv`` in ``out`` this process wrote since ``t0`` (epoch seconds; with
     :func:`track_outputs`' audit hook installed, only the files it saw this process write) into ``out/provenance.json``,
-    keeping the entries of other tables: ``script`` (relative to the repository), ``command`` (the line that reruns it),
+    keeping the entries of other tables: ``script`` (relative to the repository), ``command`` (the line that reruns it
+    from the repository root: ``python -m analyses.GROUP.SCRIPT ARGS``, :func:`run_command`),
     ``date`` (UTC, ISO 8601), ``seconds`` (the run's wall time), ``commit`` (``git`` HEAD, ``+dirty`` with uncommitted
     changes outside ``out``: a run's own tables do not count), ``machine`` (OS, CPUs, torch, GPU), and ``sources`` for a table joined from run folders
     (:func:`merge_sources`). Returns the new entries; nothing happens if ``out`` is gone."""
@@ -184,7 +188,7 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
         return {}
     path = Path(script).resolve()
     rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(script)
-    entry = {"script": rel, "command": shlex.join(["python", rel, *args]),
+    entry = {"script": rel, "command": shlex.join(["python", *run_command(rel), *args]),
              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": round(time.time() - t0, 1),
              "commit": _commit(out), "machine": _machine()}
     file = out / PROVENANCE
@@ -193,6 +197,15 @@ def record_provenance(out: Path, t0: float, script: str, args: list[str]) -> dic
     table.update(new)
     file.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
     return new
+
+
+def run_command(rel: str) -> list[str]:
+    """What follows ``python`` to run the script ``rel`` (relative to the repository): ``["-m", "analyses.p004_slash.band_ablation"]``
+    for ``analyses/p004_slash/band_ablation.py`` (the scripts are modules of the ``analyses`` package, run from the
+    repository root); ``[rel]`` for a file outside ``analyses/``."""
+    if rel.startswith("analyses/") and rel.endswith(".py"):
+        return ["-m", rel[: -len(".py")].replace("/", ".")]
+    return [rel]
 
 
 def _commit(out: Path | None = None) -> str:

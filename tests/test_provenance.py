@@ -26,7 +26,8 @@ def test_every_committed_table_has_an_entry_naming_its_script():
     for name, e in prov.items():
         assert (ROOT / e["script"]).is_file(), f"{name}: {e['script']} does not exist"
         assert e["date"] and e["commit"], name
-        assert e.get("backfilled") or e["command"].startswith(f"python {e['script']}"), name
+        module = "-m " + e["script"].removesuffix(".py").replace("/", ".")  # runs since issue 49: python -m analyses.GROUP.SCRIPT
+        assert e.get("backfilled") or e["command"].startswith((f"python {e['script']}", f"python {module}")), name
 
 
 def test_record_provenance_adds_the_tables_written_since_the_start_and_keeps_the_others(tmp_path):
@@ -40,17 +41,17 @@ def test_record_provenance_adds_the_tables_written_since_the_start_and_keeps_the
     prov = json.loads((tmp_path / common.PROVENANCE).read_text())
     assert set(got) == {"new.csv"} and prov["old.csv"] == {"script": "x"}
     e = prov["new.csv"]
-    assert e["script"] == "analyses/p003_sparsity/ppc_scratchpad.py" and e["command"] == "python analyses/p003_sparsity/ppc_scratchpad.py --seeds '0 1'"
+    assert e["script"] == "analyses/p003_sparsity/ppc_scratchpad.py" and e["command"] == "python -m analyses.p003_sparsity.ppc_scratchpad --seeds '0 1'"
     assert e["machine"].startswith(("Linux", "Darwin", "Windows")) and "torch" in e["machine"] and e["commit"]
     assert common.record_provenance(tmp_path / "gone", t0, "x", []) == {}
 
 
 def test_a_script_run_records_its_tables(tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "analyses" / "p004_slash/embedding_cone.py"), "--quick", "--out", str(tmp_path)],
+    subprocess.run([sys.executable, "-m", "analyses.p004_slash.embedding_cone", "--quick", "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=ROOT)
     prov = json.loads((tmp_path / common.PROVENANCE).read_text())
     assert set(prov) == {p.name for p in tmp_path.glob("*.csv")} and prov
-    assert all(e["command"] == f"python analyses/p004_slash/embedding_cone.py --quick --out {tmp_path}" for e in prov.values())
+    assert all(e["command"] == f"python -m analyses.p004_slash.embedding_cone --quick --out {tmp_path}" for e in prov.values())
 
 
 def test_a_merged_table_keeps_the_provenance_of_its_runs(tmp_path):
@@ -73,7 +74,7 @@ def test_a_merged_table_keeps_the_provenance_of_its_runs(tmp_path):
         e = common.record_provenance(out, t0, str(ROOT / "analyses" / "p000_copy/copy_2d_rope.py"), ["--merge-from", *map(str, runs)])["copy.csv"]
     finally:
         common._SOURCES.clear()
-    assert e["command"].startswith("python analyses/p000_copy/copy_2d_rope.py --merge-from")
+    assert e["command"].startswith("python -m analyses.p000_copy.copy_2d_rope --merge-from")
     assert e["sources"] == [{"folder": str(runs[0]), "command": "python analyses/p000_copy/copy_2d_rope.py --seed 0"},
                             {"folder": str(runs[1]), "command": None}]
 

@@ -1,0 +1,1 @@
+"""analyses/benchmarks/: speed, memory and error of the engine (numbers depend on the machine)."""

@@ -1,0 +1,1 @@
+"""analyses/effects/: causal head effects: what each head does when removed."""

@@ -1,0 +1,1 @@
+"""analyses/emergence/: training dynamics: heads watched as they form."""

@@ -1,0 +1,1 @@
+"""analyses/p000_copy/: paper 000: copying with 2D RoPE (the lab)."""
