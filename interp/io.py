@@ -218,3 +218,28 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], object]) -> Path:
         raise
     _fsync(p.parent)
     return p
+
+
+def write_arrays_atomic(path: str | Path, **arrays) -> Path:
+    """Write ``arrays`` (name -> numpy array) as one ``.npz`` file, atomically (``write_atomic``): the unit file of a
+    long run (``interp effects`` / ``interp patch --resume``). Returns ``path``."""
+    import numpy as np
+
+    def fill(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    return write_atomic(path, fill)
+
+
+def read_arrays(path: str | Path, **shapes: tuple[int, ...]) -> dict | None:
+    """The arrays ``shapes`` names from the ``.npz`` file ``path`` (``write_arrays_atomic``), or None when the file is
+    missing, unreadable, lacks one of them or holds another shape than ``shapes`` gives (a unit that is then redone)."""
+    import numpy as np
+
+    try:
+        with np.load(path) as z:
+            got = {k: z[k] for k in shapes}
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
+    return got if all(got[k].shape == tuple(s) for k, s in shapes.items()) else None

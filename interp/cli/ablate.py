@@ -14,6 +14,7 @@ from interp.cli.common import (
     ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS, WORKERS,
     app, check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, scan_units, stop
 from interp.errors import InterpError
 
 
@@ -40,12 +41,18 @@ def ablate(
     executor: str = EXECUTOR,
     workers: int = WORKERS,
     address: Optional[str] = ADDRESS,
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
     """Frequency band ablation (paper 004 Table 5, Fig. 8): slash scores with high / medium / low planes unrotated.
 
     Writes band_ablation.csv (layer, head, delta, original, wo_high, wo_medium, wo_low, ratios), the scan's
     outputs (heads.csv, report.html with a frequencies section, state/), and with --causal causal_ablation.csv
     (band, layers, nll_original, nll, delta_nll) and causal_heads.csv (per-head slash and sink changes).
+
+    Each finished prompt's state goes into OUT/units as the scan runs (local executor): --resume continues an
+    interrupted run, Ctrl-C / SIGTERM write partial tables from the finished prompts and exit 130 / 143 (during
+    --causal: the scan's tables complete, the causal tables not written).
     """
     check_measures(measure)
     t_start = time.perf_counter()
@@ -60,6 +67,19 @@ def ablate(
         parsed = tuple(parse_variant(v) for v in variant)
     except ValueError as err:
         fail(err)
+    settings = {"model": model, "corpus": corpus, "prompts": prompts, "tokens": tokens, "seed": seed, "repeats": repeats,
+                "measure": sorted(measure), "n_remove": n_remove, "planes": planes, "variant": list(variant),
+                "all_heads": all_heads, "causal": causal, "layers": layers, "block_size": block_size, "device": device,
+                "dtype": dtype, "engine": engine}
+    run = RunDir(out, "ablate", settings, resume)
+    try:
+        if resume and executor != "local":
+            raise InterpError("--resume needs --executor local (a Ray run keeps no per-prompt units yet)")
+        run.check(force)
+    except InterpError as err:
+        fail(err)
+    stopped: Interrupted | None = None
+    causal_cut = False
 
     from interp import corpus as corpus_mod
     from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
@@ -75,14 +95,27 @@ def ablate(
         variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + parsed
         cfg = switch_on(ScanConfig(block_size=block_size, variants=variants, inp=True), measure)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)
-        result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers, address=address,
-                             model=m, progress=True, meta={"corpus": corpus, "seed": seed})
+        run.begin(model_identity(m.card), len(p) if executor == "local" else 0)
+        if executor == "local":
+            result, stopped = scan_units(run, m, p, range(len(p)), cfg, {"corpus": corpus, "seed": seed}, engine, "prompt")
+        else:
+            result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers,
+                                 address=address, model=m, progress=True, meta={"corpus": corpus, "seed": seed})
         cause, t_causal = None, time.perf_counter()
-        if causal:
-            cause = causal_ablation(m, p, variants, chosen, cfg, progress=True, baseline=result)
+        if causal and stopped is None:
+            try:
+                with interruptible():
+                    cause = causal_ablation(m, p, variants, chosen, cfg, progress=True, baseline=result)
+            except Interrupted as err:
+                stopped, causal_cut = err, True
         t_causal = time.perf_counter() - t_causal
     except (InterpError, ValueError) as err:
         fail(err)
+    if stopped is not None:
+        if result is None:
+            stop(stopped, 0, len(p), "prompts", out)
+        if not causal_cut:
+            result.meta["partial"] = f"{result.meta['prompts']} of {len(p)} prompts"
     heads = write_outputs(result, out, causal=cause.summary if cause is not None else None, tokenizer=m.tokenizer)
     table = band_ablation_table(result, heads, all_heads)
     write_csv(table, out / "band_ablation.csv")
@@ -97,3 +130,9 @@ def ablate(
     console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} x {tokens} tokens, scan with "
                   f"{plural(len(variants), 'counterfactual variant')} {result.meta['seconds']:.1f} s{causal_s}, "
                   f"total {time.perf_counter() - t_start:.1f} s wall; wrote {out}/band_ablation.csv and {out}/report.html", soft_wrap=True)
+    if causal_cut:
+        console.print("the causal ablation was cut off: causal_ablation.csv and causal_heads.csv not written", soft_wrap=True)
+        stop(stopped, len(p), len(p), "prompts", out)
+    if stopped is not None:
+        stop(stopped, result.meta["prompts"], len(p), "prompts", out)
+    run.finish()

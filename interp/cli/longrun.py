@@ -1,9 +1,11 @@
-"""Long runs of ``interp scan`` and ``interp effects``: finished units of work kept in ``OUT``, ``--resume``, and
-Ctrl-C / SIGTERM that keep what is done (issue 46, parts 1 and 2). Not a command: the helpers those two commands share.
+"""Long runs of ``interp scan``, ``interp effects``, ``interp patch`` and ``interp sweep``: finished units of work kept
+in ``OUT``, ``--resume``, and Ctrl-C / SIGTERM that keep what is done (issue 46, parts 1 and 2). Not a command: the
+helpers those commands share.
 
 Layout of ``OUT``: ``run.json`` (the manifest: command, settings, model identity, ``complete``) and ``units/``, one
-entry per finished unit (a prompt's scan state, ``units/prompt-00003/``; an effects layer, ``units/layer-002.npz``),
-each written atomically (``interp.io.write_dir_atomic`` / ``write_atomic``): a unit whose write was cut off has no
+entry per finished unit (a prompt's scan state, ``units/prompt-00003/``; an effects layer, ``units/layer-002.npz``; a
+patch layer of the pairs of one token length, ``units/layer-002-len-00012.npz``; a sweep's prompt at one length,
+``units/length-001024-prompt-00001/``), each written atomically (``interp.io.write_dir_atomic`` / ``write_atomic``): a unit whose write was cut off has no
 entry under its name, so a resumed run redoes it.
 
 - Without ``--resume``, an ``OUT`` whose manifest says the run is not complete is refused (one line naming ``--resume``
@@ -90,13 +92,27 @@ def model_identity(card) -> dict:
     return {"name": card.name, "sha256": card.sha256, "source": card.source}
 
 
+def file_sha256(path: Path | None) -> str | None:
+    """The sha256 of an input file's bytes (a pairs file, a prompt list: a setting whose content, not only its name,
+    must match on ``--resume``), or None for no file."""
+    import hashlib
+
+    if path is None:
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 @dataclass
 class RunDir:
     """The manifest and units of one command's run in ``out``.
 
     Attributes:
         out: the ``--out`` folder.
-        command: ``"scan"`` or ``"effects"``.
+        command: ``"scan"``, ``"effects"``, ``"patch"`` or ``"sweep"``.
         settings: every option that changes the numbers (JSON-able), compared on ``--resume``.
         resume: continue the run in ``out`` (``--resume``).
     """
@@ -203,3 +219,50 @@ def stop(err: Interrupted, done: int, total: int, what: str, out: Path) -> None:
     console.print(f"partial: {done} of {total} {what} ({err}); the finished ones are kept in {out}/{UNITS}", soft_wrap=True)
     console.print(f"to resume: run the same command again with --resume (settings in {out}/{MANIFEST})", soft_wrap=True)
     raise typer.Exit(err.exit_code)
+
+
+def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, kind: str, beyond_context: bool = False):
+    """Scan ``prompts`` (``[pos]`` token tensors; ``ids``: their global indices) one prompt per unit, each unit's state
+    saved in ``run`` as ``KIND-IIIII/`` (``interp.engine.ScanResult.save``, atomically as a folder) and finished units
+    read back instead of scanned; SIGINT / SIGTERM stop after the last finished unit. ``interp scan`` (a unit per
+    prompt) and ``interp sweep`` (a unit per prompt and length, ``KIND`` naming the length) use it.
+
+    Returns:
+        ``(merged ScanResult of the finished units or None when none finished, Interrupted or None)``; the merge adds
+        the units' float64 sums in prompt order, so a resumed run equals an uninterrupted one exactly.
+
+    Raises:
+        InterpError: from the engine (a prompt too long...).
+    """
+    from tqdm.auto import tqdm
+
+    from interp.engine import ScanResult, merge_results, scan as engine_scan
+    from interp.io import write_dir_atomic
+
+    parts, stopped = [], None
+    bar = tqdm(total=len(ids), desc=f"scan {model.card.name}" + (f" ({meta['corpus']})" if "corpus" in meta else ""), unit="prompt")
+    try:
+        with interruptible():
+            for pid, t in zip(ids, prompts):
+                path = run.unit(f"{kind}-{pid:05d}")
+                try:
+                    res = ScanResult.load(path) if path.exists() else None
+                except (OSError, InterpError):
+                    res = None  # a damaged unit is redone
+                if res is None:  # scanned, saved, and read back: a fresh run merges what a resumed one reads
+                    write_dir_atomic(path, engine_scan(model, [t], cfg, meta=meta, prompt_ids=[pid], engine=engine,
+                                                           beyond_context=beyond_context).save)
+                    res = ScanResult.load(path)
+                parts.append(res)
+                bar.update(1)
+    except Interrupted as err:
+        stopped = err
+    finally:
+        bar.close()
+    if not parts:
+        return None, stopped
+    merged = merge_results(parts)
+    merged.meta.update(seconds=sum(r.meta.get("seconds", 0.0) for r in parts), shard=meta.get("shard", "0/1"))
+    merged.meta.pop("merged_from", None)
+    merged.meta.pop("shards", None)
+    return merged, stopped

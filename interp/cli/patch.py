@@ -13,6 +13,7 @@ from rich.markup import escape
 from interp.cli.common import (ADDRESS, ATLAS, DEVICE, DTYPE, EXECUTOR, MODEL, RETRIES, SEED, WORKERS, app,
                                check_before_load, check_paths, console, fail, parse_heads, plural, show_table,
                                top_option)
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, file_sha256, interruptible, model_identity, stop
 from interp.errors import InterpError
 
 METHODS = ("exact", "naive", "attribution")
@@ -78,6 +79,8 @@ def patch(
     workers: int = WORKERS,
     address: Optional[str] = ADDRESS,
     retries: int = RETRIES,
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
     """Activation patching: which heads carry a behaviour. Per head, the corrupt prompt runs with the head's output
     taken from the clean run (denoise; noise: the reverse); recovered = (mean LD patched - mean LD corrupt) / (mean LD
@@ -85,6 +88,8 @@ def patch(
     over pairs (Wang et al. 2022; Heimersheim and Nanda 2024). --method attribution: Nanda 2023's first-order
     estimate; --paths: path patching (Wang et al. 2022, App. B). --executor ray splits the heads by layer over Ray
     workers that each hold the model (a killed worker is restarted and its chunk retried, --retries times).
+    With --method exact each finished layer goes into OUT/units as the run goes: --resume continues an interrupted
+    run, Ctrl-C / SIGTERM write the finished layers' rows marked partial and exit 130 / 143.
 
     Writes patch.csv (layer, head, pos with --positions each, direction, ld, recovered, recovered_lo, recovered_hi),
     patch.json (clean and corrupt mean LD and accuracy, settings, timing), patch.html (a layer x head grid) and, with
@@ -116,6 +121,19 @@ def patch(
     check_before_load(model, device=device, dtype=dtype, executor=executor, heads=(cfg.heads or ()) + (senders or ()))
     check_paths(out, writes="patch.csv, patch.json, patch.html", files={"--pairs": pairs, "--atlas": atlas, "--effects": effects},
                 model=model)
+    settings = {"model": model, "pairs": str(pairs) if pairs is not None else None, "pairs_sha256": file_sha256(pairs),
+                "task": task, "n_pairs": n_pairs, "seed": seed, "heads": heads, "direction": direction,
+                "positions": positions, "method": method, "paths": paths, "metric": metric, "bootstrap": bootstrap,
+                "max_batch_gb": max_batch_gb, "device": device, "dtype": dtype}
+    run = RunDir(out, "patch", settings, resume)
+    units = method == "exact" and paths is None and executor == "local"
+    try:
+        if resume and not units:
+            raise InterpError("--resume needs --method exact without --paths and --executor local (only those keep "
+                              "per-layer units)")
+        run.check(force)
+    except InterpError as err:
+        fail(err)
     try:
         records = read_pairs(pairs, metric) if pairs is not None else None
         tok = load_tokenizer(model)
@@ -136,18 +154,27 @@ def patch(
         cfg.check(m.card.n_layers, m.card.n_heads)
         if got is None:
             got = _pairs(m.tokenizer, pairs, records, task, n_pairs, seed, cfg)
+        n_layers = len({l for l, _ in cfg.heads}) if cfg.heads is not None else m.card.n_layers
+        run.begin(model_identity(m.card), n_layers * len({len(p.clean) for p in got}) if units else 0)
+        fn = {"exact": patch_heads, "naive": naive_patch_heads, "attribution": attribution_patch_heads}[method]
+        kw = {"log": lambda s: console.print(escape(s), soft_wrap=True), "store": run.units_dir,
+              "stop_on": (Interrupted,)} if units else {}
         if senders is not None:
-            res = path_patch(m, got, senders, cfg, progress=True)
+            fn, kw = (lambda m_, got_, cfg_, progress: path_patch(m_, got_, senders, cfg_, progress=progress)), {}
         elif executor == "ray":
             from interp.engine.executor import ModelSpec
             from interp.experiments.sharded import patch_on_workers
 
-            res = patch_on_workers(ModelSpec(model, device, dtype), got, cfg, workers=workers, address=address,
-                                   retries=retries)
-        else:
-            run = {"exact": patch_heads, "naive": naive_patch_heads, "attribution": attribution_patch_heads}[method]
-            kw = {"log": lambda s: console.print(escape(s), soft_wrap=True)} if method == "exact" else {}
-            res = run(m, got, cfg, progress=True, **kw)
+            def fn(_m, got_, cfg_, progress):  # each worker loads its own copy of the model
+                return patch_on_workers(ModelSpec(model, device, dtype), got_, cfg_, workers=workers, address=address,
+                                        retries=retries)
+        try:
+            with interruptible():
+                res = fn(m, got, cfg, progress=True, **kw)
+        except Interrupted as err:  # --method naive / attribution, --paths, Ray: nothing kept to write
+            stop(err, 0, n_layers, "layers", out)
+        if isinstance(res.stopped, Interrupted) and not len(res.table):  # no layer finished for every token length
+            stop(res.stopped, 0, n_layers, "layers", out)
     except InterpError as err:
         fail(err)
     res.meta.update(source=str(pairs) if pairs is not None else f"task:{task}", seed=seed)
@@ -164,3 +191,6 @@ def patch(
                   f"{short} {res.corrupt.mean():.4f}{acc}; {len(t)} rows in {res.meta['seconds']:.1f} s "
                   f"({res.meta['method']}), total {time.perf_counter() - t_start:.1f} s wall; wrote "
                   f"{', '.join(f'{out}/{n}' for n in written)}", soft_wrap=True)
+    if isinstance(res.stopped, Interrupted):
+        stop(res.stopped, t["layer"].nunique(), n_layers, "layers", out)
+    run.finish()

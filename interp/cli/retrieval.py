@@ -13,6 +13,7 @@ from interp.cli.common import (
     DEVICE, DTYPE, MODEL, app, check_before_load, check_paths, console, fail, float_list, int_list, plural, show_table,
     top_option,
 )
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
 from interp.errors import InterpError
 
 
@@ -31,6 +32,8 @@ def retrieval(
     top: int = top_option("retrieval-head"),
     device: str = DEVICE,
     dtype: str = DTYPE,
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
     """Retrieval heads (Wu et al. 2024): needle-in-a-haystack on pydoc text, greedy decode, each head's top-1 attention.
 
@@ -39,6 +42,9 @@ def retrieval(
     Writes retrieval.csv (layer, head, kv_head, retrieval_score, retrieval_score_all, hits, hits_all,
     trials_retrieved, trials), retrieval_summary.csv (copy accuracy per length and depth) and retrieval_trials.csv
     (every prompt: needle position, answer, response, ROUGE-1 recall).
+
+    Each finished trial goes into OUT/units as the run goes: --resume continues an interrupted run, Ctrl-C / SIGTERM
+    write the tables of the finished trials (a partial line; run.json stays incomplete) and exit 130 / 143.
     """
     t_start = time.perf_counter()
     from interp.experiments.retrieval import RetrievalConfig, run_retrieval
@@ -56,6 +62,14 @@ def retrieval(
             cfg.check(shape.context_length)
         except InterpError as err:
             fail(err)
+    settings = {"model": model, "lengths": list(cfg.lengths), "depths": list(cfg.depths), "needles": needles, "seed": seed,
+                "max_new_tokens": max_new_tokens, "top_k": top_k, "gate": gate, "template": template, "device": device,
+                "dtype": dtype}
+    run = RunDir(out, "retrieval", settings, resume)
+    try:
+        run.check(force)
+    except InterpError as err:
+        fail(err)
 
     from interp.models import load_model
     from interp.report.bundle import write_csv
@@ -63,9 +77,17 @@ def retrieval(
     try:
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype)
-        result = run_retrieval(m, cfg, progress=True, log=lambda s: console.print(escape(s), soft_wrap=True))
+        n_trials = len(cfg.lengths) * len(cfg.depths) * cfg.needles
+        run.begin(model_identity(m.card), n_trials)
+        with interruptible():
+            result = run_retrieval(m, cfg, progress=True, log=lambda s: console.print(escape(s), soft_wrap=True),
+                                   store=run.units_dir, stop_on=(Interrupted,))
     except InterpError as err:
         fail(err)
+    except Interrupted as err:  # before the first trial (the haystack's tokenisation)
+        stop(err, 0, n_trials, "trials", out)
+    if result.stopped is not None and result.trials.empty:
+        stop(result.stopped, 0, n_trials, "trials", out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(result.heads, out / "retrieval.csv")
     summary = result.summary
@@ -82,3 +104,6 @@ def retrieval(
                       "retrieval_score is empty; retrieval_score_all scores every trial", soft_wrap=True)
     console.print(f"{escape(m.card.name)}: {plural(n, 'trial')}, {n_ok} retrieved; {result.seconds:.1f} s decoding, "
                   f"total {time.perf_counter() - t_start:.1f} s wall; wrote {out}/retrieval.csv", soft_wrap=True)
+    if result.stopped is not None:
+        stop(result.stopped, n, n_trials, "trials", out)
+    run.finish()

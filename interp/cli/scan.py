@@ -15,7 +15,7 @@ from interp.cli.common import (
     TOKENS, WORKERS, app, check_before_load, check_measures, check_paths, console, fail, long_summary, parse_shard,
     plural, top_option, top_sdh,
 )
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, model_identity, scan_units, stop
 from interp.errors import InterpError
 
 
@@ -141,47 +141,3 @@ def scan(
         stop(stopped, done, len(p), "prompts", out)
     run.finish()
 
-
-def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, kind: str):
-    """Scan ``prompts`` (``[pos]`` token tensors; ``ids``: their global indices) one prompt per unit, each unit's state
-    saved in ``run`` as ``KIND-IIIII/`` (``interp.engine.ScanResult.save``, atomically as a folder) and finished units
-    read back instead of scanned; SIGINT / SIGTERM stop after the last finished unit.
-
-    Returns:
-        ``(merged ScanResult of the finished units or None when none finished, Interrupted or None)``; the merge adds
-        the units' float64 sums in prompt order, so a resumed run equals an uninterrupted one exactly.
-
-    Raises:
-        InterpError: from the engine (a prompt too long...).
-    """
-    from tqdm.auto import tqdm
-
-    from interp.engine import ScanResult, merge_results, scan as engine_scan
-    from interp.io import write_dir_atomic
-
-    parts, stopped = [], None
-    bar = tqdm(total=len(ids), desc=f"scan {model.card.name}" + (f" ({meta['corpus']})" if "corpus" in meta else ""), unit="prompt")
-    try:
-        with interruptible():
-            for pid, t in zip(ids, prompts):
-                path = run.unit(f"{kind}-{pid:05d}")
-                try:
-                    res = ScanResult.load(path) if path.exists() else None
-                except (OSError, InterpError):
-                    res = None  # a damaged unit is redone
-                if res is None:  # scanned, saved, and read back: a fresh run merges what a resumed one reads
-                    write_dir_atomic(path, engine_scan(model, [t], cfg, meta=meta, prompt_ids=[pid], engine=engine).save)
-                    res = ScanResult.load(path)
-                parts.append(res)
-                bar.update(1)
-    except Interrupted as err:
-        stopped = err
-    finally:
-        bar.close()
-    if not parts:
-        return None, stopped
-    merged = merge_results(parts)
-    merged.meta.update(seconds=sum(r.meta.get("seconds", 0.0) for r in parts), shard=meta.get("shard", "0/1"))
-    merged.meta.pop("merged_from", None)
-    merged.meta.pop("shards", None)
-    return merged, stopped

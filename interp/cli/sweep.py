@@ -14,6 +14,7 @@ from interp.cli.common import (
     ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, EXECUTOR, MEASURE, MODEL, REPEATS, SEED, WORKERS, app,
     check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, scan_units, stop
 from interp.errors import InterpError
 
 
@@ -36,11 +37,16 @@ def sweep(
     executor: str = EXECUTOR,
     workers: int = WORKERS,
     address: Optional[str] = ADDRESS,
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
     """Scan the same prompts' prefixes at several lengths; write sweep.csv, sweep.html and one state folder per length.
 
     Every column of heads.csv plus the geometry of paper 001 (silhouette / Davies-Bouldin of the q and k clusters,
     key norms, attention received by token 0, maximum q.k per query), per length, layer and head.
+
+    Each finished prompt at each length goes into OUT/units as the sweep runs (local executor): --resume continues an
+    interrupted run, Ctrl-C / SIGTERM write the finished lengths' tables marked partial and exit 130 / 143.
     """
     check_measures(measure)
     t_start = time.perf_counter()
@@ -57,6 +63,16 @@ def sweep(
         fail(err)
     check_before_load(model, device=device, dtype=dtype, executor=executor, corpus=corpus, prompts=prompts, repeats=repeats, lengths=ns,
                       beyond_context=beyond_context)
+    settings = {"model": model, "lengths": ns, "corpus": corpus, "prompts": prompts, "seed": seed, "repeats": repeats,
+                "measure": sorted(measure), "beyond_context": beyond_context, "cluster_points": cluster_points,
+                "block_size": block_size, "device": device, "dtype": dtype}
+    run = RunDir(out, "sweep", settings, resume)
+    try:
+        if resume and executor != "local":
+            raise InterpError("--resume needs --executor local (a Ray run keeps no per-prompt units yet)")
+        run.check(force)
+    except InterpError as err:
+        fail(err)
 
     from interp import corpus as corpus_mod
     from interp.models import load_model
@@ -71,10 +87,27 @@ def sweep(
             console.print(f"[yellow]warning:[/] lengths above {m.card.context_length} ({', '.join(str(n) for n in ns if n > m.card.context_length)}) "
                           f"are beyond {escape(m.card.name)}'s context: positions out of distribution", soft_wrap=True)
         p = corpus_mod.prompts(m, corpus, prompts, ns[-1], seed, beyond_context=beyond_context, repeats=repeats)
-        result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed},
-                           executor=executor, workers=workers, address=address, spec=ModelSpec(model, str(m.device), dtype))
+        spec = ModelSpec(model, str(m.device), dtype)
+        local = executor == "local"
+        run.begin(model_identity(m.card), len(ns) * len(p) if local else 0)
+
+        def scan_length(n, prefixes, meta):  # one unit per prompt and length; a stop ends the sweep after the last unit
+            res, stopped = scan_units(run, m, prefixes, range(len(prefixes)), cfg, meta, spec.engine, f"length-{n:06d}-prompt",
+                                      beyond_context)
+            if stopped is not None:
+                raise stopped
+            return res
+
+        with interruptible():  # also between lengths (a length's head table); the units' scans have their own
+            result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed},
+                               executor=executor, workers=workers, address=address, spec=spec,
+                               scan_fn=scan_length if local else None, stop_on=(Interrupted,))
     except InterpError as err:
         fail(err)
+    except Interrupted as err:  # while loading the prompts or starting Ray workers
+        stop(err, 0, len(ns), "lengths", out)
+    if result.stopped is not None and not result.results:
+        stop(result.stopped, 0, len(ns), "lengths", out)
     t_write = time.perf_counter()
     with console.status(f"writing {out}"):
         result.save(out)
@@ -85,6 +118,9 @@ def sweep(
     show_table(summary, "Median over heads by length", list(summary.columns), len(summary))
     scans = sum(t["scan"] for t in result.seconds.values())
     fin = sum(t["finalise"] for t in result.seconds.values())
-    console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} at {plural(len(ns), 'length')}, scans {scans:.1f} s, "
+    console.print(f"{escape(m.card.name)}: {plural(len(p), 'prompt')} at {plural(len(result.lengths), 'length')}, scans {scans:.1f} s, "
                   f"finalising {fin:.1f} s, writing {t_write:.1f} s, total {time.perf_counter() - t_start:.1f} s wall; "
                   f"wrote {out}/sweep.csv and {out}/sweep.html", soft_wrap=True)
+    if result.stopped is not None:
+        stop(result.stopped, len(result.results), len(ns), "lengths", out)
+    run.finish()

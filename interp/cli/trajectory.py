@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from interp.cli.common import (DEVICE, ENGINE, MEASURE, PROMPTS, REPEATS, SEED, app, check_before_load, check_measures,
                                check_paths, console, fail, plural, tokens_option)
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, stop
 from interp.errors import InterpError
 
 
@@ -32,6 +33,8 @@ def trajectory(
     out: Path = typer.Option(Path("out/trajectory"), help="output folder (created; trajectory.csv and trajectory.html go in it)"),
     device: str = DEVICE,
     engine: str = ENGINE,
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
     """Scan every checkpoint of a training run on the same probe prompts: one row per (checkpoint, layer, head) with
     every enabled measure (token-matched scores and entropy are on by default), and a page with each measure against
@@ -44,6 +47,10 @@ def trajectory(
     A folder of checkpoints with their training log, from a small lab model (a few minutes on a CPU):
     python -m interp.lab.checkpoints runs/induction --steps 300 --save-every 50, then
     interp trajectory runs/induction --out out/trajectory.
+
+    Each finished checkpoint's rows go into OUT/units as the run goes: --resume continues an interrupted run (the
+    checkpoints and settings must be the same), Ctrl-C / SIGTERM write the finished checkpoints' rows and page marked
+    partial and exit 130 / 143.
     """
     t_start = time.perf_counter()
     check_measures(measure)
@@ -57,6 +64,14 @@ def trajectory(
     except InterpError as err:
         fail(err)
     check_before_load(f"local:{cks[0].path}", tokens=tokens)  # the first checkpoint's context, from its config.json
+    settings = {"source": str(source), "revisions": [c.label for c in cks], "corpus": corpus, "prompts": prompts,
+                "tokens": tokens, "seed": seed, "repeats": repeats, "measure": sorted(measure), "device": device,
+                "engine": engine}
+    run = RunDir(out, "trajectory", settings, resume)
+    try:
+        run.check(force)
+    except InterpError as err:
+        fail(err)
 
     from interp import corpus as corpus_mod
     from interp.engine import ScanConfig
@@ -66,16 +81,29 @@ def trajectory(
 
     try:
         cfg = switch_on(ScanConfig(), sorted({"token_match", "shape", *measure}))
-        traj = checkpoint_trajectory(cks, lambda m: corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats), cfg,
-                                     progress=True, engine=engine, device=device)
+        # the checkpoints' identity is their labels and folders (settings); their weights are not hashed
+        run.begin({"name": str(source), "paths": [str(c.path) for c in cks]}, len(cks))
+        with interruptible():
+            traj = checkpoint_trajectory(cks, lambda m: corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats),
+                                         cfg, progress=True, engine=engine, device=device, store=run.units_dir,
+                                         stop_on=(Interrupted,))
     except InterpError as err:
         fail(err)
+    except Interrupted as err:  # outside a checkpoint's scan (the bar's start)
+        stop(err, 0, len(cks), "checkpoints", out)
+    partial, stopped = traj.attrs.pop("partial", None), traj.attrs.pop("stopped", None)
+    if stopped is not None and traj.empty:
+        stop(stopped, 0, len(cks), "checkpoints", out)
     if log is not None:
         traj = add_train_loss(traj, log)
     out.mkdir(parents=True, exist_ok=True)
-    write_trajectory_page(traj, out / "trajectory.html", log, title=str(source))
+    write_trajectory_page(traj, out / "trajectory.html", log, title=str(source), partial=partial)
     write_atomic(out / "trajectory.csv", lambda tmp: traj.to_csv(tmp, index=False))
-    console.print(f"{escape(str(source))}: {plural(len(cks), 'checkpoint')} x {plural(prompts, 'prompt')} of {tokens} tokens "
+    done = traj["revision"].nunique()
+    console.print(f"{escape(str(source))}: {plural(done, 'checkpoint')} x {plural(prompts, 'prompt')} of {tokens} tokens "
                   f"({escape(corpus)}), {len(traj)} rows, {traj.groupby('revision')['scan_seconds'].first().mean():.2f} s per "
                   f"checkpoint's scan, {time.perf_counter() - t_start:.1f} s in all; wrote {out}/trajectory.csv and "
                   f"{out}/trajectory.html", soft_wrap=True)
+    if stopped is not None:
+        stop(stopped, done, len(cks), "checkpoints", out)
+    run.finish()

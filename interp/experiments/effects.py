@@ -332,22 +332,16 @@ class LayerStore:
     def load(self, layer: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray] | None:
         """``(dnll, kl)`` of ``layer``, each ``shape`` = ``(rows, prompts)``; None when the layer is not finished, its file
         is unreadable or holds other shapes (then it is redone)."""
-        try:
-            with np.load(self.path(layer)) as z:
-                dn, kl = z["dnll"], z["kl"]
-        except (OSError, ValueError, KeyError):
-            return None
-        return (dn, kl) if dn.shape == kl.shape == tuple(shape) else None
+        from interp.io import read_arrays
+
+        got = read_arrays(self.path(layer), dnll=tuple(shape), kl=tuple(shape))
+        return None if got is None else (got["dnll"], got["kl"])
 
     def save(self, layer: int, dn: np.ndarray, kl: np.ndarray) -> None:
         """Write ``layer``'s ``dnll`` and ``kl`` (``[row, prompt]`` float64) atomically."""
-        from interp.io import write_atomic
+        from interp.io import write_arrays_atomic
 
-        def fill(tmp):
-            with open(tmp, "wb") as f:
-                np.savez(f, dnll=dn, kl=kl)
-
-        write_atomic(self.path(layer), fill)
+        write_arrays_atomic(self.path(layer), dnll=dn, kl=kl)
 
 
 def head_effects(model, prompts, config: EffectsConfig | None = None, *, progress: bool = False,

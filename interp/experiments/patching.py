@@ -124,7 +124,8 @@ class PatchResult:
         per_pair: ``[row, pair]`` float64, the patched metric of each pair.
         clean, corrupt: ``[pair]`` float64, the metric of the unpatched clean and corrupt runs.
         meta: model, settings, clean / corrupt means (and accuracy: share of pairs with LD > 0), method, seconds
-            (written to ``patch.json``).
+            (written to ``patch.json``); ``partial`` (``"K of N layers"``) when the run was stopped early.
+        stopped: the exception of ``patch_heads(stop_on=...)`` that stopped the run early, else None.
     """
 
     table: pd.DataFrame
@@ -132,6 +133,7 @@ class PatchResult:
     clean: np.ndarray
     corrupt: np.ndarray
     meta: dict = field(default_factory=dict)
+    stopped: BaseException | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,8 +340,19 @@ def _patch_edits(layer: int, chunk: Sequence[tuple[int, int | None, int]], src_z
     return out
 
 
+def unit_path(folder, layer: int, n_tokens: int):
+    """Where ``patch_heads(store=folder)`` keeps a finished layer of the pairs of one token length:
+    ``folder/layer-LLL-len-NNNNN.npz`` (``interp.io.write_arrays_atomic``) holding ``per_pair`` ``[row, pair]`` (the
+    layer's rows in table order, the bucket's pairs in order) and the bucket's unpatched ``clean`` / ``corrupt``
+    ``[pair]``, all float64."""
+    from pathlib import Path
+
+    return Path(folder) / f"layer-{layer:03d}-len-{n_tokens:05d}.npz"
+
+
 def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None, *, progress: bool = False,
-                log: Callable[[str], None] | None = None) -> PatchResult:
+                log: Callable[[str], None] | None = None, store=None,
+                stop_on: tuple[type[BaseException], ...] = ()) -> PatchResult:
     """Every chosen head's activation patching result by the fast path (module docstring).
 
     Args:
@@ -347,6 +360,13 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
         pairs: tokenised pairs (``interp.experiments.patch_tasks``: ``tokenize_pairs`` / ``task_pairs``).
         config: ``PatchConfig`` (default: every head, denoise, all positions, logit difference).
         progress: a tqdm bar over patched rows; log: where to report the unpatched passes' time.
+        store: a folder that keeps each finished layer of each token length (``unit_path``) and from which finished
+            ones are read back instead of run (a layer's runs depend only on the unpatched passes, so the numbers are
+            equal; a token length whose layers are all finished skips its unpatched passes too). ``interp patch
+            --resume`` passes one.
+        stop_on: exception types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early: the layer in flight
+            is dropped and the result holds the rows of the layers finished for every token length, with
+            ``meta["partial"] = "K of N layers"`` (no row: ``table`` empty).
 
     Returns:
         ``PatchResult``: ``table`` with ``COLUMNS`` (``POS_COLUMNS`` for ``positions="each"``), sorted by layer, head
@@ -356,6 +376,8 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
         ConfigError: bad settings (``PatchConfig.check``), no pairs, a pair of unequal lengths, pairs of several
             lengths with ``positions="each"``, ``logit_diff`` pairs without answer tokens.
     """
+    from interp.io import read_arrays, write_arrays_atomic
+
     cfg, heads, t, base_tok, src_tok, buckets = _setup(model, pairs, config)
     P = len(base_tok)
     order = _rows(cfg, heads, len(base_tok[0]))
@@ -367,21 +389,41 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
     t0 = time.perf_counter()
     t_pass, rows_used = 0.0, 0
     bar = _progress(len(order) * P, progress, f"patch {model.card.name}")
+    done: dict[int, int] = {}  # layer -> token lengths finished
+    stopped: BaseException | None = None
     try:
         for N, pidx in buckets.items():
             B = rows_per_forward(model, cfg, N, t.keep)
             rows_used = max(rows_used, B)
-            s0 = time.perf_counter()
-            base = run_cached(model, base_tok, t, pidx, B, resid=True)
-            src = run_cached(model, src_tok, t, pidx, B, z=True)
-            dt = time.perf_counter() - s0
-            t_pass += dt
-            if log:
-                log(f"unpatched passes of {len(pidx)} pairs x {N} tokens: {dt:.1f} s")
-            _store_unpatched(cfg, pidx, base, src, clean, corrupt)
+            poss = range(N) if cfg.positions == "each" else [None]
+            rows = {l: [index[(l, h) if pos is None else (l, h, pos)] for h in by_layer[l] for pos in poss] for l in by_layer}
+            ready = {}
+            if store is not None:
+                for l in sorted(by_layer):
+                    got = read_arrays(unit_path(store, l, N), per_pair=(len(rows[l]), len(pidx)), clean=(len(pidx),),
+                                      corrupt=(len(pidx),))
+                    if got is not None:
+                        ready[l] = got
+            base = src = None
+            if len(ready) < len(by_layer):
+                s0 = time.perf_counter()
+                base = run_cached(model, base_tok, t, pidx, B, resid=True)
+                src = run_cached(model, src_tok, t, pidx, B, z=True)
+                dt = time.perf_counter() - s0
+                t_pass += dt
+                if log:
+                    log(f"unpatched passes of {len(pidx)} pairs x {N} tokens: {dt:.1f} s")
+                _store_unpatched(cfg, pidx, base, src, clean, corrupt)
+            else:  # every layer of this length finished: its unpatched metric is in the units
+                first = ready[min(ready)]
+                clean[pidx], corrupt[pidx] = first["clean"], first["corrupt"]
             pt = torch.tensor(pidx)
             for l in sorted(by_layer):
-                poss = range(N) if cfg.positions == "each" else [None]
+                if l in ready:
+                    per_pair[np.ix_(rows[l], pidx)] = ready[l]["per_pair"]
+                    done[l] = done.get(l, 0) + 1
+                    bar.update(len(rows[l]) * len(pidx))
+                    continue
                 jobs = [(h, pos, p) for h in by_layer[l] for pos in poss for p in range(len(pidx))]
                 for s in range(0, len(jobs), B):
                     chunk = jobs[s:s + B]
@@ -393,12 +435,24 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
                     for i, (h, pos, p) in enumerate(chunk):
                         per_pair[index[(l, h) if pos is None else (l, h, pos)], pidx[p]] = vals[i]
                     bar.update(len(chunk))
+                if store is not None:
+                    write_arrays_atomic(unit_path(store, l, N), per_pair=per_pair[np.ix_(rows[l], pidx)],
+                                        clean=clean[pidx], corrupt=corrupt[pidx])
+                done[l] = done.get(l, 0) + 1
+            del base, src
+    except stop_on as err:
+        stopped = err
     finally:
         bar.close()
     secs = time.perf_counter() - t0
     meta = _meta(model, cfg, pairs, "exact", clean, corrupt, secs, {"unpatched_passes": t_pass, "patching": secs - t_pass,
                                                                   "rows_per_forward": rows_used})
-    return PatchResult(head_table(order, per_pair, clean, corrupt, cfg), per_pair, clean, corrupt, meta)
+    if stopped is not None:
+        finished = {l for l, k in done.items() if k == len(buckets)}
+        keep = [r for r, key in enumerate(order) if key[0] in finished]
+        order, per_pair = [order[r] for r in keep], per_pair[keep]
+        meta.update(partial=f"{len(finished)} of {len(by_layer)} layers", stopped_by=str(stopped))
+    return PatchResult(head_table(order, per_pair, clean, corrupt, cfg), per_pair, clean, corrupt, meta, stopped)
 
 
 def _store_unpatched(cfg: PatchConfig, pidx: Sequence[int], base: RunCache, src: RunCache, clean: np.ndarray,

@@ -54,6 +54,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -63,6 +64,7 @@ from jaxtyping import Float, Int
 
 from interp.attention import expand_kv
 from interp.errors import ConfigError, PromptError, ShapeError
+from interp.io import write_atomic
 
 SOURCE = "Wu et al. 2024 (arXiv 2404.15574), nightdessert/Retrieval_Head retrieval_head_detection.py"
 QUESTION = "\nBased on the content of the document, Question: {question}\nAnswer:"
@@ -406,7 +408,9 @@ class RetrievalResult:
         trials: one row per (length, depth, needle): ``length, depth, needle, needle_depth, needle_start, needle_end,
             needle_tokens, answer, response, rouge1_recall, retrieved, generated_tokens, copy_steps`` (steps whose
             token occurs in the needle: the most any head can copy), ``best_head_hits``, ``seconds``.
-        config: the config used. seconds: total wall-clock seconds. meta: the model's name and the rule's source.
+        config: the config used. seconds: total wall-clock seconds. meta: the model's name and the rule's source;
+            ``partial`` (``"K of N trials"``) when the run was stopped early (``run_retrieval(stop_on=...)``).
+        stopped: the exception that stopped the run early, else None.
     """
 
     heads: pd.DataFrame
@@ -414,6 +418,7 @@ class RetrievalResult:
     config: RetrievalConfig
     seconds: float = 0.0
     meta: dict = field(default_factory=dict)
+    stopped: BaseException | None = None
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -439,8 +444,15 @@ def _stopper(model, cfg: RetrievalConfig) -> Callable[[int], bool]:
 
 
 def run_retrieval(model, cfg: RetrievalConfig = RetrievalConfig(), *, progress: bool = False,
-                  log: Callable[[str], None] = print) -> RetrievalResult:
+                  log: Callable[[str], None] = print, store=None,
+                  stop_on: tuple[type[BaseException], ...] = ()) -> RetrievalResult:
     """Run the grid (lengths x depths x needles), greedy decode each prompt, and score every head.
+
+    ``store``: a folder keeping each finished trial (``trial-LLLLLL-DDDDD-NNNN.pkl``: its ``trials`` row and its
+    ``[layer, head]`` copy hits, written atomically) from which finished trials are read back instead of decoded
+    (``interp retrieval --resume``; each trial depends only on its length, depth and needle). ``stop_on``: exception
+    types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early: the trial in flight is dropped and the
+    result covers the finished trials, with ``meta["partial"] = "K of N trials"`` and ``stopped`` set.
 
     Raises:
         ConfigError: a bad config (``RetrievalConfig.check``). PromptError: a length too short for needle and question.
@@ -451,30 +463,54 @@ def run_retrieval(model, cfg: RetrievalConfig = RetrievalConfig(), *, progress: 
     hay = _Haystack(model)
     stop = _stopper(model, cfg)
     rows, scores, gated = [], [], []
-    for length in cfg.lengths:
-        for depth in cfg.depths:
-            for n in range(cfg.needles):
-                trial = build_trial(model, hay, length, depth, n, cfg)
-                d = greedy_decode(model, trial.ids, cfg.max_new_tokens, top_k=cfg.top_k, stop=stop)
-                hits = copy_hits(d.top, d.generated, trial.ids, trial.span)
-                sc = trial_scores(hits, trial.span)
-                response = model.tokenizer.decode(d.generated.tolist(), skip_special_tokens=True).strip()
-                recall = rouge1_recall(trial.needle.answer, response)
-                needle_ids = set(trial.ids[trial.span[0]:trial.span[1]].tolist())
-                rows.append(dict(length=length, depth=depth, needle=n, needle_depth=round(trial.needle_depth, 4),
-                                 needle_start=trial.span[0], needle_end=trial.span[1],
-                                 needle_tokens=trial.span[1] - trial.span[0], answer=trial.needle.answer, response=response,
-                                 rouge1_recall=recall, retrieved=recall > cfg.gate, generated_tokens=len(d.generated),
-                                 copy_steps=sum(t in needle_ids for t in d.generated.tolist()),
-                                 best_head_hits=int(hits.sum(0).max()), seconds=round(d.seconds, 3)))
-                scores.append(hits.sum(0))
-                gated.append(recall > cfg.gate)
-                if progress:
-                    log(f"length {length} depth {depth:g} needle {n}: recall {recall:.2f}, {len(d.generated)} tokens, "
-                        f"{d.seconds:.1f} s: {ascii(response[:60])}")
+    stopped: BaseException | None = None
+    try:
+        for length, depth, n in ((a, b, k) for a in cfg.lengths for b in cfg.depths for k in range(cfg.needles)):
+            unit = (Path(store) / f"trial-{length:06d}-{round(depth * 10_000):05d}-{n:04d}.pkl") if store is not None else None
+            try:
+                got = pd.read_pickle(unit) if unit is not None and unit.exists() else None
+            except Exception:  # noqa: BLE001 - a damaged unit is redone
+                got = None
+            if got is None:
+                got = _trial(model, hay, stop, length, depth, n, cfg, progress, log)
+                if unit is not None:
+                    write_atomic(unit, lambda tmp: pd.to_pickle(got, tmp))
+            rows.append(got["row"])
+            scores.append(torch.as_tensor(got["hits"]))
+            gated.append(got["row"]["retrieved"])
+    except stop_on as err:
+        stopped = err
+    n_all = len(cfg.lengths) * len(cfg.depths) * cfg.needles
+    meta = {"model": c.name, "source": SOURCE}
+    if stopped is not None:
+        meta.update(partial=f"{len(rows)} of {n_all} trials", stopped_by=str(stopped))
+        if not rows:
+            return RetrievalResult(pd.DataFrame(), pd.DataFrame(), cfg, time.perf_counter() - t0, meta, stopped)
     heads = retrieval_table(torch.stack(scores), torch.tensor([r["needle_tokens"] for r in rows]), torch.tensor(gated),
                             c.n_heads, c.n_kv_heads)
-    return RetrievalResult(heads, pd.DataFrame(rows), cfg, time.perf_counter() - t0, {"model": c.name, "source": SOURCE})
+    return RetrievalResult(heads, pd.DataFrame(rows), cfg, time.perf_counter() - t0, meta, stopped)
+
+
+def _trial(model, hay: "_Haystack", stop, length: int, depth: float, n: int, cfg: RetrievalConfig, progress: bool,
+           log: Callable[[str], None]) -> dict:
+    """One trial of ``run_retrieval``: ``{"row": its trials row, "hits": [layer, head] copy hits}``."""
+    trial = build_trial(model, hay, length, depth, n, cfg)
+    d = greedy_decode(model, trial.ids, cfg.max_new_tokens, top_k=cfg.top_k, stop=stop)
+    hits = copy_hits(d.top, d.generated, trial.ids, trial.span)
+    sc = trial_scores(hits, trial.span)
+    response = model.tokenizer.decode(d.generated.tolist(), skip_special_tokens=True).strip()
+    recall = rouge1_recall(trial.needle.answer, response)
+    needle_ids = set(trial.ids[trial.span[0]:trial.span[1]].tolist())
+    row = dict(length=length, depth=depth, needle=n, needle_depth=round(trial.needle_depth, 4),
+               needle_start=trial.span[0], needle_end=trial.span[1],
+               needle_tokens=trial.span[1] - trial.span[0], answer=trial.needle.answer, response=response,
+               rouge1_recall=recall, retrieved=recall > cfg.gate, generated_tokens=len(d.generated),
+               copy_steps=sum(t in needle_ids for t in d.generated.tolist()),
+               best_head_hits=int(hits.sum(0).max()), seconds=round(d.seconds, 3))
+    if progress:
+        log(f"length {length} depth {depth:g} needle {n}: recall {recall:.2f}, {len(d.generated)} tokens, "
+            f"{d.seconds:.1f} s: {ascii(response[:60])}")
+    return {"row": row, "hits": hits.sum(0)}
 
 
 def retrieval_table(hits: Int[torch.Tensor, "trial layer head"], needle_tokens: Int[torch.Tensor, "trial"],

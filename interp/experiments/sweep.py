@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 import torch
@@ -37,10 +37,14 @@ class SweepResult:
         results: ``{length: ScanResult}`` in increasing length.
         seconds: ``{length: {"scan": s, "finalise": s, "scan_cpu": s, "finalise_cpu": s}}`` wall-clock seconds of each
             length's scan and of its head table, and the CPU seconds of this process for each (empty for a loaded sweep).
+        partial: ``"K of N lengths"`` when the sweep was stopped early (``sweep(stop_on=...)``; ``results`` then holds
+            the finished lengths), else None; written to ``sweep.json``. stopped: the exception that stopped it.
     """
 
     results: dict[int, ScanResult]
     seconds: dict[int, dict[str, float]] = field(default_factory=dict)
+    partial: str | None = None
+    stopped: BaseException | None = field(default=None, repr=False, compare=False)
     _heads: dict[int, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
 
     def heads(self, n: int) -> pd.DataFrame:
@@ -71,7 +75,7 @@ class SweepResult:
             r.save(d / f"length_{n}")
         table = self.table
         write_atomic(d / "sweep.csv", lambda tmp: table.to_csv(tmp, index=False))
-        write_text_atomic(d / "sweep.json", json.dumps({"lengths": self.lengths}))
+        write_text_atomic(d / "sweep.json", json.dumps({"lengths": self.lengths, **({"partial": self.partial} if self.partial else {})}))
         return d
 
     @classmethod
@@ -84,8 +88,8 @@ class SweepResult:
         d = Path(directory)
         if not (d / "sweep.json").exists():
             raise FileNotFoundError(f"{d} is not a sweep output (no sweep.json); write one with interp sweep --out")
-        lengths = json.loads((d / "sweep.json").read_text())["lengths"]
-        return cls({int(n): ScanResult.load(d / f"length_{n}") for n in lengths})
+        j = json.loads((d / "sweep.json").read_text())
+        return cls({int(n): ScanResult.load(d / f"length_{n}") for n in j["lengths"]}, partial=j.get("partial"))
 
 
 def check_lengths(lengths: Sequence[int], available: int, context: int, beyond_context: bool) -> list[int]:
@@ -119,6 +123,8 @@ def sweep(
     workers: int = 2,
     address: str | None = None,
     spec: ModelSpec | None = None,
+    scan_fn: Callable[[int, list[torch.Tensor], dict], ScanResult] | None = None,
+    stop_on: tuple[type[BaseException], ...] = (),
 ) -> SweepResult:
     """Scan the prefixes ``prompts[:, :n]`` for every ``n`` in ``lengths``.
 
@@ -134,6 +140,11 @@ def sweep(
         meta: extra ``meta`` entries of every scan.
         executor, workers, address, spec: run each length's scan on Ray workers (``interp.engine.executor``; the same
             workers serve every length; ``spec`` says how they load the model, default ``ModelSpec(model.card.name)``).
+        scan_fn: ``scan_fn(n, prefixes, meta) -> ScanResult`` scans one length instead of ``run_sharded`` (``interp
+            sweep`` passes one that keeps each prompt's state as a unit of the run, ``interp.cli.longrun``).
+        stop_on: exception types (e.g. ``interp.cli.longrun.Interrupted``) that end the sweep early: the length in
+            flight is dropped, the result holds the finished lengths with ``partial = "K of N lengths"`` and
+            ``stopped`` the exception (no length finished: ``results`` empty).
 
     Returns:
         SweepResult (``.table``: one row per length, layer and head; each length's head table already computed,
@@ -148,17 +159,29 @@ def sweep(
     spec = spec or ModelSpec(model.card.name, str(model.device), model.card.dtype)
     actors = ray_workers(spec, workers, address) if executor == "ray" else None
     out = SweepResult({})
-    for k, n in enumerate(ns):
-        if progress:
-            print(f"length {n} ({k + 1} of {len(ns)}): {len(toks)} prompt{'s' * (len(toks) != 1)}", file=sys.stderr, flush=True)
-        t0, c0 = time.perf_counter(), time.process_time()
-        out.results[n] = run_sharded(spec, [t[:n] for t in toks], replace(cfg), executor=executor, model=model, actors=actors,
-                                  progress=progress, meta={**(meta or {}), "length": n}, beyond_context=beyond_context)
-        t1, c1 = time.perf_counter(), time.process_time()
-        out.heads(n)  # finalise now (the head table), so the length's cost is seen where it is spent
-        out.seconds[n] = {"scan": t1 - t0, "finalise": time.perf_counter() - t1,
-                          "scan_cpu": c1 - c0, "finalise_cpu": time.process_time() - c1}
-        if progress:
-            print(f"length {n}: scanned in {out.seconds[n]['scan']:.1f} s, finalised in {out.seconds[n]['finalise']:.1f} s",
-                  file=sys.stderr, flush=True)
+    n = None
+    try:
+        for k, n in enumerate(ns):
+            if progress:
+                print(f"length {n} ({k + 1} of {len(ns)}): {len(toks)} prompt{'s' * (len(toks) != 1)}", file=sys.stderr, flush=True)
+            t0, c0 = time.perf_counter(), time.process_time()
+            m = {**(meta or {}), "length": n}
+            if scan_fn is not None:
+                res = scan_fn(n, [t[:n] for t in toks], m)
+            else:
+                res = run_sharded(spec, [t[:n] for t in toks], replace(cfg), executor=executor, model=model, actors=actors,
+                                  progress=progress, meta=m, beyond_context=beyond_context)
+            t1, c1 = time.perf_counter(), time.process_time()
+            out.results[n] = res
+            out.heads(n)  # finalise now (the head table), so the length's cost is seen where it is spent
+            out.seconds[n] = {"scan": t1 - t0, "finalise": time.perf_counter() - t1,
+                              "scan_cpu": c1 - c0, "finalise_cpu": time.process_time() - c1}
+            if progress:
+                print(f"length {n}: scanned in {out.seconds[n]['scan']:.1f} s, finalised in {out.seconds[n]['finalise']:.1f} s",
+                      file=sys.stderr, flush=True)
+    except stop_on as err:
+        out.results.pop(n, None)  # stopped while its head table was computed: dropped like a length in flight
+        out.seconds.pop(n, None)
+        out._heads.pop(n, None)
+        out.stopped, out.partial = err, f"{len(out.results)} of {len(ns)} lengths"
     return out

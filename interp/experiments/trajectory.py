@@ -299,7 +299,8 @@ def find_checkpoints(source: str | Path, revisions: Sequence[str] | None = None)
 
 def checkpoint_trajectory(checkpoints: Sequence[Checkpoint], probes: torch.Tensor | Callable[[LoadedModel], torch.Tensor],
                           config: ScanConfig | None = None, *, progress: bool = True, engine: str = "auto",
-                          device: str | None = None) -> pd.DataFrame:
+                          device: str | None = None, store: str | Path | None = None,
+                          stop_on: tuple[type[BaseException], ...] = ()) -> pd.DataFrame:
     """Scan each checkpoint on the same probes: the trajectory (module docstring), rows in checkpoint order.
 
     Args:
@@ -308,22 +309,49 @@ def checkpoint_trajectory(checkpoints: Sequence[Checkpoint], probes: torch.Tenso
             e.g. ``lambda m: interp.corpus.prompts(m, "repeated-random", 8, 256)``), so every checkpoint sees the
             same tokens.
         progress: a tqdm bar over checkpoints.
+        store: a folder keeping each finished checkpoint's rows (``checkpoint-KKKKK.pkl``, K its index in
+            ``checkpoints``, written atomically) from which finished ones are read back instead of loaded and scanned
+            (``interp trajectory --resume``; pickled, so the rows read back are the rows written).
+        stop_on: exception types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early: the checkpoint in
+            flight is dropped, the frame holds the finished checkpoints' rows, ``attrs["partial"]`` is ``"K of N
+            checkpoints"`` and ``attrs["stopped"]`` the exception.
 
     Raises:
         InterpError: a damaged checkpoint (as ``interp.models.load_model``) or bad probes (as ``interp.engine.scan``).
     """
     from tqdm.auto import tqdm
 
+    from interp.io import write_atomic
     from interp.models import load_model
 
-    frames, ids = [], probes if isinstance(probes, torch.Tensor) else None
-    for ck in tqdm(list(checkpoints), desc="trajectory", unit="checkpoint", disable=not progress):
-        model = load_model(f"local:{ck.path}", device=device)
-        if ids is None:
-            ids = probes(model)
-        frames.append(scan_rows(model, ids, config, step=ck.step, revision=ck.label, engine=engine))
-        del model
-    return pd.concat(frames, ignore_index=True)
+    cks = list(checkpoints)
+    frames, ids, stopped = [], probes if isinstance(probes, torch.Tensor) else None, None
+    bar = tqdm(total=len(cks), desc="trajectory", unit="checkpoint", disable=not progress)
+    try:
+        for k, ck in enumerate(cks):
+            unit = Path(store) / f"checkpoint-{k:05d}.pkl" if store is not None else None
+            try:
+                rows = pd.read_pickle(unit) if unit is not None and unit.exists() else None
+            except Exception:  # noqa: BLE001 - a damaged unit is redone
+                rows = None
+            if rows is None:
+                model = load_model(f"local:{ck.path}", device=device)
+                if ids is None:
+                    ids = probes(model)
+                rows = scan_rows(model, ids, config, step=ck.step, revision=ck.label, engine=engine)
+                del model
+                if unit is not None:
+                    write_atomic(unit, rows.to_pickle)
+            frames.append(rows)
+            bar.update(1)
+    except stop_on as err:
+        stopped = err
+    finally:
+        bar.close()
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if stopped is not None:
+        out.attrs.update(partial=f"{len(frames)} of {len(cks)} checkpoints", stopped=stopped)
+    return out
 
 
 TRAIN_LOG = "train_log.csv"  # a run folder's training log: columns step, loss (python -m interp.lab.checkpoints writes it)

@@ -67,6 +67,8 @@ def render_sweep(sweep: SweepResult) -> str:
     prompts = first.meta.get("prompts")
     beyond = [n for n in sweep.lengths if n > card.context_length]
     parts = [f"<h1>Length sweep: {html.escape(card.name)}</h1>",
+             *([f'<p class="note partial"><b>Partial run: {html.escape(str(sweep.partial))}</b> (interrupted; the tables '
+                "hold the finished lengths only; rerun the command with --resume to finish it)</p>"] if sweep.partial else []),
              f'<p class="note">{prompts} prompts ({html.escape(str(first.meta.get("corpus", "?")))}), prefixes of lengths '
              f'{", ".join(map(str, sweep.lengths))}; context length {card.context_length}'
              + (" (dotted line)" if sweep.lengths[0] <= card.context_length <= sweep.lengths[-1] else "")

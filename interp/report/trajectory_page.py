@@ -93,14 +93,18 @@ def trajectory_figure(traj: pd.DataFrame, losses: pd.DataFrame | None = None, me
 
 
 def render_trajectory(traj: pd.DataFrame, losses: pd.DataFrame | None = None, *, title: str = "",
-                      measures: Sequence[str] | None = None, log_x: bool = True, inline_js: bool = True) -> str:
+                      measures: Sequence[str] | None = None, log_x: bool = True, inline_js: bool = True,
+                      partial: str | None = None) -> str:
     """The trajectory page as an HTML string (module docstring); ``inline_js=False`` loads plotly.js from its CDN
-    instead of inlining it (a page of 0.5 MB instead of 4 MB, for committed figures; it then needs the network)."""
+    instead of inlining it (a page of 0.5 MB instead of 4 MB, for committed figures; it then needs the network);
+    ``partial`` (``"K of N checkpoints"``): a banner saying the run was interrupted."""
     steps = sorted(traj["step"].dropna().unique())
     roles = final_roles(traj)
     counts = pd.Series(list(roles.values())).value_counts()
     cost = traj.groupby("step")["scan_seconds"].first().mean() if "scan_seconds" in traj else float("nan")
     parts = [f"<h1>Trajectory{': ' + html.escape(title) if title else ''}</h1>",
+             *([f'<p class="note partial"><b>Partial run: {html.escape(partial)}</b> (interrupted; the table holds the '
+                "finished checkpoints only; rerun the command with --resume to finish it)</p>"] if partial else []),
              f'<p class="note">{len(steps)} checkpoints (steps {int(steps[0]) if steps else "-"} to {int(steps[-1]) if steps else "-"}), '
              f"{traj[['layer', 'head']].drop_duplicates().shape[0]} heads; one scan of the probe prompts per checkpoint, "
              f"{cost:.2f} s each on average. Roles at the last step (previous-token / induction / duplicate if that "
@@ -114,8 +118,10 @@ def render_trajectory(traj: pd.DataFrame, losses: pd.DataFrame | None = None, *,
 
 
 def write_trajectory_page(traj: pd.DataFrame, path: str | Path, losses: pd.DataFrame | None = None, *, title: str = "",
-                          measures: Sequence[str] | None = None, log_x: bool = True, inline_js: bool = True) -> Path:
+                          measures: Sequence[str] | None = None, log_x: bool = True, inline_js: bool = True,
+                          partial: str | None = None) -> Path:
     """Write :func:`render_trajectory` to ``path`` atomically (temporary file, then rename); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    return write_text_atomic(p, render_trajectory(traj, losses, title=title, measures=measures, log_x=log_x, inline_js=inline_js))
+    return write_text_atomic(p, render_trajectory(traj, losses, title=title, measures=measures, log_x=log_x, inline_js=inline_js,
+                                                partial=partial))

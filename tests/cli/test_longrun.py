@@ -171,3 +171,228 @@ def test_sigkill_then_resume_equals_one_run(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert subprocess.run([str(exe), *args, "--out", str(full)], capture_output=True).returncode == 0
     pd.testing.assert_frame_equal(pd.read_csv(full / "heads.csv"), pd.read_csv(killed / "heads.csv"), check_exact=True)
+
+
+PAIRS = [{"clean": "abcdef", "corrupt": "abqdef", "answer": "x", "wrong": "y"},
+         {"clean": "zbcdeg", "corrupt": "zbkdeg", "answer": "u", "wrong": "w"},
+         {"clean": "hbcdeh", "corrupt": "hbcpeh", "answer": "x", "wrong": "u"}]
+
+
+def _patch_args(tmp_path, pairs=PAIRS):
+    f = tmp_path / "pairs.jsonl"
+    f.write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    return ["patch", "tiny-llama", "--pairs", str(f), "--bootstrap", "50"]
+
+
+def test_patch_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.experiments.patching as pt
+    import interp.models
+
+    args = _patch_args(tmp_path)
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert runner.invoke(app, args + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # Ctrl-C in layer 1's patched forward (tiny-llama: one forward per layer)
+        _fail_at(mp, pt, "start_at", 1, Interrupted(signal.SIGINT))
+        res = runner.invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 130, res.output
+    assert "partial: 1 of 2 layers" in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert json.loads((part / "patch.json").read_text())["partial"] == "1 of 2 layers"
+    assert "Partial run: 1 of 2 layers" in (part / "patch.html").read_text()
+    assert set(pd.read_csv(part / "patch.csv")["layer"]) == {0}
+    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
+        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
+        res = runner.invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
+    res = runner.invoke(app, args + ["--direction", "noise", "--out", str(part), "--resume"])
+    assert res.exit_code == 2 and "--direction is 'noise' here but 'denoise'" in res.output
+    with monkeypatch.context() as mp:  # resumed: only layer 1 is patched
+        _fail_at(mp, pt, "start_at", 1, AssertionError("layer 0 is read back"))
+        res = runner.invoke(app, args + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "patch.csv"), pd.read_csv(part / "patch.csv"), check_exact=True)
+    assert "partial" not in json.loads((part / "patch.json").read_text())
+    assert json.loads((part / "run.json").read_text())["complete"] is True
+    res = runner.invoke(app, args + ["--method", "naive", "--out", str(part), "--resume"])
+    assert res.exit_code == 2 and "--method exact" in res.output
+
+
+def test_patch_two_token_lengths_resume_skips_finished_passes(tmp_path, monkeypatch):
+    """Pairs of two token lengths: a layer is finished once both lengths ran it; a length whose layers are all kept
+    skips its unpatched passes too."""
+    import interp.experiments.patching as pt
+
+    args = _patch_args(tmp_path, PAIRS + [{"clean": "abcdefgh", "corrupt": "abcxefgh", "answer": "x", "wrong": "y"}])
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert runner.invoke(app, args + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # SIGTERM in the second length's layer 0: no layer finished for both lengths
+        _fail_at(mp, pt, "start_at", 2, Interrupted(signal.SIGTERM))
+        res = runner.invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 143 and "partial: 0 of 2 layers" in res.output, res.output
+    assert not (part / "patch.csv").exists() and len(RunDir(part, "patch", {}).finished()) == 2
+    passes = {"n": 0}
+    orig = pt.run_cached
+
+    def counting(*a, **kw):
+        passes["n"] += 1
+        return orig(*a, **kw)
+
+    with monkeypatch.context() as mp:  # resumed: the first length is read back whole, the second length's two layers run
+        mp.setattr(pt, "run_cached", counting)
+        _fail_at(mp, pt, "start_at", 2, AssertionError("the first length is read back"))
+        res = runner.invoke(app, args + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    assert passes["n"] == 2  # the second length's base and source passes only
+    pd.testing.assert_frame_equal(pd.read_csv(full / "patch.csv"), pd.read_csv(part / "patch.csv"), check_exact=True)
+    meta_full, meta_part = (json.loads((d / "patch.json").read_text()) for d in (full, part))
+    assert meta_full["clean_metric"] == meta_part["clean_metric"] and meta_full["corrupt_metric"] == meta_part["corrupt_metric"]
+
+
+SWEEP = ["sweep", "tiny-llama", "--lengths", "16,32", "--prompts", "2", "--corpus", "stdlib", "--cluster-points", "20"]
+
+
+def test_sweep_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.engine
+    import interp.models
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert runner.invoke(app, SWEEP + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # Ctrl-C while length 32's second prompt is scanned (units: prompt x length)
+        _fail_at(mp, interp.engine, "scan", 3, Interrupted(signal.SIGINT))
+        res = runner.invoke(app, SWEEP + ["--out", str(part)])
+    assert res.exit_code == 130, res.output
+    assert "partial: 1 of 2 lengths" in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert json.loads((part / "sweep.json").read_text()) == {"lengths": [16], "partial": "1 of 2 lengths"}
+    assert "Partial run: 1 of 2 lengths" in (part / "sweep.html").read_text()
+    assert set(pd.read_csv(part / "sweep.csv")["length"]) == {16}
+    assert RunDir(part, "sweep", {}).finished() == ["length-000016-prompt-00000", "length-000016-prompt-00001",
+                                                   "length-000032-prompt-00000"]
+    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
+        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
+        res = runner.invoke(app, SWEEP + ["--out", str(part)])
+    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
+    res = runner.invoke(app, SWEEP[:3] + ["16,24"] + SWEEP[4:] + ["--out", str(part), "--resume"])
+    assert res.exit_code == 2 and "--lengths is [16, 24] here but [16, 32]" in res.output
+    with monkeypatch.context() as mp:  # resumed: only length 32's second prompt is scanned
+        _fail_at(mp, interp.engine, "scan", 1, AssertionError("finished prompts are read back"))
+        res = runner.invoke(app, SWEEP + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "sweep.csv"), pd.read_csv(part / "sweep.csv"), check_exact=True)
+    assert json.loads((part / "sweep.json").read_text()) == {"lengths": [16, 32]}
+    assert json.loads((part / "run.json").read_text())["complete"] is True
+
+
+def _checkpoints(root: Path, steps=(1, 2, 3)) -> Path:
+    import torch
+
+    from interp.lab import LabConfig, LabForCausalLM, Vocab, save_lab
+
+    vocab = Vocab([f"t{i}" for i in range(20)])
+    for step in steps:
+        torch.manual_seed(step)
+        save_lab(LabForCausalLM(LabConfig(vocab_size=20, n_layers=1, n_heads=2, d_model=16, d_mlp=32, max_positions=64)),
+                 vocab, root / f"step-{step}")
+    return root
+
+
+def test_trajectory_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.experiments.trajectory as tj
+    import interp.models
+
+    args = ["trajectory", str(_checkpoints(tmp_path / "ckpt")), "--prompts", "2", "--tokens", "16", "--engine", "python"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert runner.invoke(app, args + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # Ctrl-C while the third checkpoint is scanned
+        _fail_at(mp, tj, "scan_rows", 2, Interrupted(signal.SIGINT))
+        res = runner.invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 130, res.output
+    assert "partial: 2 of 3 checkpoints" in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert set(pd.read_csv(part / "trajectory.csv")["revision"]) == {"step-1", "step-2"}
+    assert "Partial run: 2 of 3 checkpoints" in (part / "trajectory.html").read_text()
+    with monkeypatch.context() as mp:  # without --resume: refused before any checkpoint loads
+        _fail_at(mp, interp.models, "load_model", 0, AssertionError("no checkpoint may load"))
+        res = runner.invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
+    res = runner.invoke(app, args + ["--revisions", "step-1,step-3", "--out", str(part), "--resume"])
+    assert res.exit_code == 2 and "--revisions is ['step-1', 'step-3'] here but ['step-1', 'step-2', 'step-3']" in res.output
+    with monkeypatch.context() as mp:  # resumed: only the third checkpoint is loaded and scanned
+        _fail_at(mp, tj, "scan_rows", 1, AssertionError("finished checkpoints are read back"))
+        res = runner.invoke(app, args + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    a, b = (pd.read_csv(d / "trajectory.csv").drop(columns="scan_seconds") for d in (full, part))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert json.loads((part / "run.json").read_text())["complete"] is True and "Partial" not in (part / "trajectory.html").read_text()
+
+
+RETRIEVAL = ["retrieval", "tiny-llama", "--lengths", "200", "--depths", "0.2,0.5,0.8", "--max-new-tokens", "4"]
+
+
+def test_retrieval_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.experiments.retrieval as rt
+    import interp.models
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert runner.invoke(app, RETRIEVAL + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # SIGTERM while the third trial decodes
+        _fail_at(mp, rt, "greedy_decode", 2, Interrupted(signal.SIGTERM))
+        res = runner.invoke(app, RETRIEVAL + ["--out", str(part)])
+    assert res.exit_code == 143, res.output
+    assert "partial: 2 of 3 trials" in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert pd.read_csv(part / "retrieval_trials.csv")["depth"].tolist() == [0.2, 0.5]
+    assert pd.read_csv(part / "retrieval.csv")["trials"].eq(2).all()
+    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
+        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
+        res = runner.invoke(app, RETRIEVAL + ["--out", str(part)])
+    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
+    with monkeypatch.context() as mp:  # resumed: only the third trial is decoded
+        _fail_at(mp, rt, "greedy_decode", 1, AssertionError("finished trials are read back"))
+        res = runner.invoke(app, RETRIEVAL + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "retrieval.csv"), pd.read_csv(part / "retrieval.csv"), check_exact=True)
+    a, b = (pd.read_csv(d / "retrieval_trials.csv").drop(columns="seconds") for d in (full, part))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert json.loads((part / "run.json").read_text())["complete"] is True
+
+
+ABLATE = ["ablate", "tiny-llama", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib", "--engine", "python", "--all-heads"]
+
+
+def test_ablate_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.engine
+    import interp.models
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert runner.invoke(app, ABLATE + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # Ctrl-C while the third prompt is scanned
+        _fail_at(mp, interp.engine, "scan", 2, Interrupted(signal.SIGINT))
+        res = runner.invoke(app, ABLATE + ["--out", str(part)])
+    assert res.exit_code == 130, res.output
+    assert "partial: 2 of 3 prompts" in res.output and "Traceback" not in res.output
+    assert json.loads((part / "state" / "scan.json").read_text())["meta"]["partial"] == "2 of 3 prompts"
+    assert (part / "band_ablation.csv").exists()
+    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
+        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
+        res = runner.invoke(app, ABLATE + ["--out", str(part)])
+    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
+    res = runner.invoke(app, ABLATE + ["--n-remove", "4", "--out", str(part), "--resume"])
+    assert res.exit_code == 2 and "--n-remove is 4 here but 6" in res.output
+    with monkeypatch.context() as mp:  # resumed: only the third prompt is scanned
+        _fail_at(mp, interp.engine, "scan", 1, AssertionError("finished prompts are read back"))
+        res = runner.invoke(app, ABLATE + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    for name in ("band_ablation.csv", "heads.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(full / name), pd.read_csv(part / name), check_exact=True)
+    assert json.loads((part / "run.json").read_text())["complete"] is True
+
+
+def test_ablate_cut_during_the_causal_ablation_keeps_the_scan(tmp_path, monkeypatch):
+    import interp.experiments.ablation as ab
+
+    args, out = ABLATE[:3] + ["2"] + ABLATE[4:] + ["--causal", "--n-remove", "2"], tmp_path / "c"
+    with monkeypatch.context() as mp:
+        _fail_at(mp, ab, "causal_ablation", 0, Interrupted(signal.SIGINT))
+        res = runner.invoke(app, args + ["--out", str(out)])
+    assert res.exit_code == 130 and "causal ablation was cut off" in res.output, res.output
+    assert "partial" not in json.loads((out / "state" / "scan.json").read_text())["meta"]
+    assert (out / "band_ablation.csv").exists() and not (out / "causal_ablation.csv").exists()
+    res = runner.invoke(app, args + ["--out", str(out), "--resume"])
+    assert res.exit_code == 0 and (out / "causal_ablation.csv").exists(), res.output
