@@ -24,24 +24,21 @@ The committed runs (``figures/provenance.json``): SmolLM2, Gemma-3 and Qwen2.5 w
 sink beyond the context (001 Fig. 6 at 4-8x: 32768-65536 tokens for SmolLM2) is the ``frayed`` step of
 ``analyses/benchmarks/device_check.sh`` (one GPU call).
 
-    python analyses/p001_frayed/frayed_bootstrap.py [--models ...] [--lengths 512,1024,2048,4096] [--prompts 16]
+    python -m analyses.p001_frayed.frayed_bootstrap [--models ...] [--lengths 512,1024,2048,4096] [--prompts 16]
         [--boot 2000] [--device cpu] [--corpus pydoc] [--stem frayed_bootstrap] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # analyses/_common.py
-import interp  # noqa: E402
-from _common import parser, write_rows  # noqa: E402
-from interp.experiments.stats import bootstrap_interval  # noqa: E402
-from interp.experiments.sweep import sweep  # noqa: E402
+import interp
+from analyses._common import parser, write_rows
+from interp.experiments.stats import bootstrap_interval
+from interp.experiments.sweep import sweep
 
 MEASURES = ["srank_k_pre", "srank_k_rot", "srank_q_pre", "srank_q_rot", "fsv_ratio_k", "silhouette_pre", "silhouette_rot",
             "sink_weight", "sink_weight_norope", "max_qk_pre", "max_qk_rot"]

@@ -1,0 +1,42 @@
+"""analyses/p001_frayed/sink_beyond.py: one capture's prefix means equal ``interp.scan`` of each prefix."""
+
+import numpy as np
+import pytest
+
+import interp
+from analyses.p001_frayed.sink_beyond import MEASURES, main, prefix_means
+from tests.conftest import random_tokens
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_prefix_means_with_every_row_equal_a_scan_of_each_prefix(name):
+    """Causality: the first n positions of one forward are a forward of the n-token prefix, so with every query row
+    (rows >= n: exact) the four means equal the scan's columns on that prefix (tiny-gemma3: sliding window 8, QK-norm)."""
+    model = interp.load_model(name)
+    toks = random_tokens(48, seed=3)
+    cap = interp.capture(model, toks)
+    got = prefix_means(model, cap, [12, 48], rows=32)
+    cfg = interp.ScanConfig(counterfactual_queries=0, max_qk_queries=10_000, geometry=True, cluster_points=100)
+    for n in (12, 48):
+        heads = interp.scan(model, toks[None, :n], cfg).heads.sort_values(["layer", "head"])
+        for m in MEASURES:
+            np.testing.assert_allclose(got[n][m].ravel(), heads[m].to_numpy(), rtol=2e-5, atol=1e-6, err_msg=f"{m} at {n}")
+
+
+def test_stratified_rows_estimate_is_close_to_the_exact_mean():
+    model = interp.load_model("tiny-llama")
+    cap = interp.capture(model, random_tokens(256, seed=5))
+    exact, est = prefix_means(model, cap, [256], rows=128)[256], prefix_means(model, cap, [256], rows=32)[256]
+    for m in MEASURES:  # the first 32 rows and one in each of 32 strata of the other 224: the estimate is near, not equal
+        assert np.abs(est[m] - exact[m]).max() < 0.1 * np.abs(exact[m]).max() + 1e-3, m
+        assert not np.array_equal(est[m], exact[m])
+
+
+def test_quick_run_writes_both_tables(tmp_path):
+    import pandas as pd
+
+    main(["--quick", "--out", str(tmp_path)])
+    per = pd.read_csv(tmp_path / "sink_beyond_prompts.csv")
+    summary = pd.read_csv(tmp_path / "sink_beyond.csv")
+    assert set(per["measure"]) == set(MEASURES) and sorted(per["length"].unique()) == [32, 64, 128]
+    assert set(summary["length_to"]) == {64, 128} and (summary["prompts"] == 3).all()
