@@ -59,7 +59,7 @@ test-quick: venv   # the fast subset (TEST_QUICK above); make test stays the ful
 
 figures: venv   # every committed figure, from analyses/ (QUICK=1: quick mode into a temp folder)
 	$(BIN)/pip install -q -c $(LOCK) -e '.[figures]'   # kaleido: PNG export (drives the system Chromium)
-	$(BIN)/python analyses/make_all.py $(if $(QUICK),--quick)
+	$(BIN)/python -m analyses.make_all $(if $(QUICK),--quick)   # the scripts are modules of the analyses package, run from here
 
 docs: venv   # the documentation site into site/ (offline, --strict: a broken link, reference or template fails)
 	$(BIN)/pip install -q -c $(LOCK) -e '.[docs]'   # mkdocs-material, mkdocstrings[python], mkdocs-jupyter

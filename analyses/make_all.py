@@ -1,6 +1,6 @@
 """Regenerate every committed figure: run each analysis script in turn (``make figures``).
 
-    python analyses/make_all.py [--quick] [--only NAME ...] [--out DIR] [--benchmarks]
+    python -m analyses.make_all [--quick] [--only NAME ...] [--out DIR] [--benchmarks]   (from the repository root)
 
 ``--quick`` runs each script's quick mode (seconds to a minute each, for the tests; writes into
 ``--out``, default a temporary folder so the committed gallery is not overwritten by quick numbers).
@@ -12,97 +12,100 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# name -> path; every script under analyses/ with a main(argv) and a --quick mode (tests/test_analyses_geometry.py checks the list)
+# name -> module; every script under analyses/ with a main(argv) and a --quick mode (tests/test_analyses_geometry.py checks the list)
 SCRIPTS = {
-    "band_ablation": HERE / "p004_slash/band_ablation.py",
-    "inp_pulse": HERE / "p004_slash/inp_pulse.py",
-    "rope_variants_fig7": HERE / "p001_frayed/rope_variants_fig7.py",
-    "lemma1_check": HERE / "p001_frayed/lemma1_check.py",
-    "frayed_rope": HERE / "p001_frayed/frayed_rope.py",
-    "frayed_bootstrap": HERE / "p001_frayed/frayed_bootstrap.py",
-    "compare_zoo": HERE / "atlas/compare_zoo.py",
-    "ood_ratio": HERE / "p004_slash/ood_ratio.py",
-    "massive_values": HERE / "atlas/massive_values.py",
-    "band_dose": HERE / "p004_slash/band_dose.py",
-    "retrieval_heads": HERE / "atlas/retrieval_heads.py",
-    "shape_zoo": HERE / "atlas/shape_zoo.py",
-    "head_atlas": HERE / "atlas/head_atlas.py",
-    "atlas_null": HERE / "atlas/atlas_null.py",
-    "atlas_spread": HERE / "atlas/atlas_spread.py",
-    "key_norm_length": HERE / "p001_frayed/key_norm_length.py",
-    "cluster_length": HERE / "p001_frayed/cluster_length.py",
-    "sdh_count_bootstrap": HERE / "p004_slash/sdh_count_bootstrap.py",
-    "sdh_rank_one": HERE / "p004_slash/sdh_rank_one.py",
-    "sdh_count_spread": HERE / "p004_slash/sdh_count_spread.py",
-    "long_range_slash": HERE / "p004_slash/long_range_slash.py",
+    "band_ablation": "analyses.p004_slash.band_ablation",
+    "inp_pulse": "analyses.p004_slash.inp_pulse",
+    "rope_variants_fig7": "analyses.p001_frayed.rope_variants_fig7",
+    "lemma1_check": "analyses.p001_frayed.lemma1_check",
+    "frayed_rope": "analyses.p001_frayed.frayed_rope",
+    "frayed_bootstrap": "analyses.p001_frayed.frayed_bootstrap",
+    "compare_zoo": "analyses.atlas.compare_zoo",
+    "ood_ratio": "analyses.p004_slash.ood_ratio",
+    "massive_values": "analyses.atlas.massive_values",
+    "band_dose": "analyses.p004_slash.band_dose",
+    "retrieval_heads": "analyses.atlas.retrieval_heads",
+    "shape_zoo": "analyses.atlas.shape_zoo",
+    "head_atlas": "analyses.atlas.head_atlas",
+    "atlas_null": "analyses.atlas.atlas_null",
+    "atlas_spread": "analyses.atlas.atlas_spread",
+    "key_norm_length": "analyses.p001_frayed.key_norm_length",
+    "cluster_length": "analyses.p001_frayed.cluster_length",
+    "sdh_count_bootstrap": "analyses.p004_slash.sdh_count_bootstrap",
+    "sdh_rank_one": "analyses.p004_slash.sdh_rank_one",
+    "sdh_count_spread": "analyses.p004_slash.sdh_count_spread",
+    "long_range_slash": "analyses.p004_slash.long_range_slash",
     # causal head effects (issue 32 part 3): after head_atlas and retrieval_heads, whose tables they read
-    "effects_roles": HERE / "effects/effects_roles.py",
-    "streaming_criterion": HERE / "effects/streaming_criterion.py",
-    "retrieval_masking": HERE / "effects/retrieval_masking.py",
-    "patching_zoo": HERE / "effects/patching_zoo.py",  # issue 44: after head_atlas and effects_roles, whose tables it joins
-    "kv_budget": HERE / "effects/kv_budget.py",  # issue 48: after effects_roles and streaming_criterion, whose effects it ranks against
-    "induction_ablation": HERE / "effects/induction_ablation.py",
-    "rope_band_heads": HERE / "effects/rope_band_heads.py",
+    "effects_roles": "analyses.effects.effects_roles",
+    "streaming_criterion": "analyses.effects.streaming_criterion",
+    "retrieval_masking": "analyses.effects.retrieval_masking",
+    "patching_zoo": "analyses.effects.patching_zoo",  # issue 44: after head_atlas and effects_roles, whose tables it joins
+    "kv_budget": "analyses.effects.kv_budget",  # issue 48: after effects_roles and streaming_criterion, whose effects it ranks against
+    "induction_ablation": "analyses.effects.induction_ablation",
+    "rope_band_heads": "analyses.effects.rope_band_heads",
     # the lab (issue 9): small models trained on CPU
-    "copy_2d_rope": HERE / "p000_copy/copy_2d_rope.py",
-    "copy_2d_rope_seeds": HERE / "p000_copy/copy_2d_rope_seeds.py",
-    "copy_attempts": HERE / "p000_copy/copy_attempts.py",
-    "leave_one_out": HERE / "p003_sparsity/leave_one_out.py",
-    "dyck_depth": HERE / "p002_dyck/dyck_depth.py",
-    "sparse_parity": HERE / "p003_sparsity/sparse_parity.py",
-    "ppc_scratchpad": HERE / "p003_sparsity/ppc_scratchpad.py",
-    "rope_id_lm": HERE / "p001_frayed/rope_id_lm.py",
+    "copy_2d_rope": "analyses.p000_copy.copy_2d_rope",
+    "copy_2d_rope_seeds": "analyses.p000_copy.copy_2d_rope_seeds",
+    "copy_attempts": "analyses.p000_copy.copy_attempts",
+    "leave_one_out": "analyses.p003_sparsity.leave_one_out",
+    "dyck_depth": "analyses.p002_dyck.dyck_depth",
+    "sparse_parity": "analyses.p003_sparsity.sparse_parity",
+    "ppc_scratchpad": "analyses.p003_sparsity.ppc_scratchpad",
+    "rope_id_lm": "analyses.p001_frayed.rope_id_lm",
     # training dynamics (issue 35): heads watched as they form
-    "icl_two_stage": HERE / "emergence/icl_two_stage.py",
-    "icl_band_removal": HERE / "emergence/icl_band_removal.py",
-    "icl_lr": HERE / "emergence/icl_lr.py",
-    "induction_text": HERE / "emergence/induction_text.py",
-    "induction_textprobe": HERE / "emergence/induction_text.py",  # a second run of it: ARGV
-    "induction_textrepeat": HERE / "emergence/induction_text.py",  # a third: the positive control
+    "icl_two_stage": "analyses.emergence.icl_two_stage",
+    "icl_band_removal": "analyses.emergence.icl_band_removal",
+    "icl_lr": "analyses.emergence.icl_lr",
+    "induction_text": "analyses.emergence.induction_text",
+    "induction_textprobe": "analyses.emergence.induction_text",  # a second run of it: ARGV
+    "induction_textrepeat": "analyses.emergence.induction_text",  # a third: the positive control
 }
 # the scripts run with arguments beyond --quick / --out (a second study from one script)
 ARGV = {"induction_textprobe": ["--probes", "text", "--name", "emergence_textprobe", "--steps", "3000", "--every", "100", "--seeds", "1",
                                "--device", "cpu"],
         "induction_textrepeat": ["--repeat-frac", "0.25", "--batch", "16", "--steps", "3000", "--every", "100", "--device", "cpu",
                                  "--name", "emergence_textrepeat"]}
-OPTIONAL = {"pca_snapshot": HERE / "p001_frayed/pca_snapshot.py", "embedding_cone": HERE / "p004_slash/embedding_cone.py"}  # present once issue 8's part lands
-BENCHMARKS = {"ablation_cost": HERE / "benchmarks" / "ablation_cost.py", "dtype_error": HERE / "benchmarks" / "dtype_error.py",
-              "ray_throughput": HERE / "benchmarks" / "ray_throughput.py", "sweep_cost": HERE / "benchmarks" / "sweep_cost.py",
-              "startup": HERE / "benchmarks" / "startup.py", "atlas_cost": HERE / "benchmarks" / "atlas_cost.py",
-              "page_load": HERE / "benchmarks" / "page_load.py",
-              "gpu_scan": HERE / "benchmarks" / "gpu_scan.py",  # full mode needs a CUDA GPU (skips, saying so, without one)
-              "sink_estimate": HERE / "benchmarks" / "sink_estimate.py",
-              "effects_cost": HERE / "benchmarks" / "effects_cost.py",
-              "patch_cost": HERE / "benchmarks" / "patch_cost.py"}
+OPTIONAL = {"pca_snapshot": "analyses.p001_frayed.pca_snapshot", "embedding_cone": "analyses.p004_slash.embedding_cone"}  # present once issue 8's part lands
+BENCHMARKS = {"ablation_cost": "analyses.benchmarks.ablation_cost", "dtype_error": "analyses.benchmarks.dtype_error",
+              "ray_throughput": "analyses.benchmarks.ray_throughput", "sweep_cost": "analyses.benchmarks.sweep_cost",
+              "startup": "analyses.benchmarks.startup", "atlas_cost": "analyses.benchmarks.atlas_cost",
+              "page_load": "analyses.benchmarks.page_load",
+              "gpu_scan": "analyses.benchmarks.gpu_scan",  # full mode needs a CUDA GPU (skips, saying so, without one)
+              "sink_estimate": "analyses.benchmarks.sink_estimate",
+              "effects_cost": "analyses.benchmarks.effects_cost",
+              "patch_cost": "analyses.benchmarks.patch_cost"}
 
 
-def scripts(benchmarks: bool = False) -> dict[str, Path]:
-    """The scripts ``make_all`` runs, in order."""
+def path_of(module: str) -> Path:
+    """The file of a script's module: ``"analyses.p004_slash.band_ablation"`` -> ``analyses/p004_slash/band_ablation.py``."""
+    return HERE.parent.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def scripts(benchmarks: bool = False) -> dict[str, str]:
+    """The scripts ``make_all`` runs, in order: name -> module."""
     out = dict(SCRIPTS)
-    out.update({k: p for k, p in OPTIONAL.items() if p.exists()})
+    out.update({k: m for k, m in OPTIONAL.items() if path_of(m).exists()})
     if benchmarks:
         out.update(BENCHMARKS)
     return out
 
 
-def run(name: str, path: Path, argv: list[str]) -> float:
-    """Import ``path`` as a module and call its ``main(argv)``; returns seconds."""
-    spec = importlib.util.spec_from_file_location(f"analyses_{name}", path)
+def run(name: str, module: str, argv: list[str]) -> float:
+    """Run the script ``module`` (its ``main(argv)``, as ``python -m MODULE ARGV`` would); returns seconds. Each run
+    executes a fresh copy of the module (a script run twice with other arguments starts from its own globals)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        raise SystemExit(f"{name}: no module {module} (run from the repository root: python -m analyses.make_all)")
     mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(mod)
-        t0 = time.perf_counter()
-        mod.main(argv)
-        return time.perf_counter() - t0
-    finally:
-        sys.path.remove(str(path.parent))
+    spec.loader.exec_module(mod)
+    t0 = time.perf_counter()
+    mod.main(argv)
+    return time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -120,9 +123,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         todo = {k: v for k, v in todo.items() if k in args.only}
     out = args.out or (Path(tempfile.mkdtemp(prefix="interp-figures-")) if args.quick else None)
     times = {}
-    for name, path in todo.items():
+    for name, module in todo.items():
         argv_ = (["--quick"] if args.quick else []) + (["--out", str(out)] if out else []) + ARGV.get(name, [])
-        times[name] = run(name, path, argv_)
+        times[name] = run(name, module, argv_)
         print(f"[make_all] {name}: {times[name]:.0f} s", flush=True)
     print(f"[make_all] {len(times)} scripts in {sum(times.values()):.0f} s" + (f"; outputs in {out}" if out else "; outputs in figures/"))
     return times

@@ -147,10 +147,10 @@ def test_seeds_in_parallel_processes_equal_the_sequential_run(tmp_path):
     import subprocess
     import sys
 
-    script = str(HERE / "induction_text.py")
+    script = ["-m", "analyses.emergence.induction_text"]  # run from the repository root, as the docs say
     for jobs in ("1", "2"):
-        res = subprocess.run([sys.executable, script, *SMALL, "--jobs", jobs, "--out", str(tmp_path / jobs)], capture_output=True,
-                             text=True)
+        res = subprocess.run([sys.executable, *script, *SMALL, "--jobs", jobs, "--out", str(tmp_path / jobs)], capture_output=True,
+                             text=True, cwd=HERE.parents[1])
         assert res.returncode == 0, res.stderr[-2000:]
     timing = ["train_seconds", "scan_seconds_per_checkpoint", "callback_seconds"]
     a, b = (pd.read_csv(tmp_path / j / "emergence_text_runs.csv").drop(columns=timing) for j in ("1", "2"))
@@ -162,6 +162,6 @@ def test_seeds_in_parallel_processes_equal_the_sequential_run(tmp_path):
         (tmp_path / "2" / f).unlink()
     load_script(HERE / "induction_text.py").main(["--replot", "--out", str(tmp_path / "2")])
     assert (tmp_path / "2" / "emergence_text.html").exists() and (tmp_path / "2" / "emergence_text_seed1.html").exists()
-    res = subprocess.run([sys.executable, script, "--quick", "--probes", "words", "--out", str(tmp_path / "x")], capture_output=True,
-                         text=True)
+    res = subprocess.run([sys.executable, *script, "--quick", "--probes", "words", "--out", str(tmp_path / "x")], capture_output=True,
+                         text=True, cwd=HERE.parents[1])
     assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].endswith("--probes words: use all or seen or text")

@@ -25,21 +25,18 @@ Writes ``atlas_null.csv``: ``model, input, role, heads, labelled_text, labelled_
 chance (a vocabulary of tens of thousands, a thousand tokens), so a real induction head can act on those accidental
 repeats: ``labelled_both`` tells such heads from new labels.
 
-    python analyses/atlas/atlas_null.py [--models ...] [--prompts 8] [--tokens 1024] [--null tokens|positions] [--quick] [--out DIR]
+    python -m analyses.atlas.atlas_null [--models ...] [--prompts 8] [--tokens 1024] [--null tokens|positions] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pandas as pd
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import FIGURES, installed, parser, replace_rows  # noqa: E402
-from interp.experiments.atlas import ROLE_NAMES, AtlasConfig, run_atlas  # noqa: E402
+import interp
+from interp.experiments.atlas import ROLE_NAMES, AtlasConfig, run_atlas
+
+from analyses._common import FIGURES, installed, parser, replace_rows
 
 CONTENT_ROLES = ("duplicate_token", "induction", "echo")  # the random input is a null for these
 OFFSET_ROLES = ("previous_token", "sdh")  # shuffled positions are a null for these

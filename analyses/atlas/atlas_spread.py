@@ -12,23 +12,21 @@ in both, so a stable count of different heads is told from the same heads). ``re
 the needle pass, not from the prompt set). Rows of other models and sets already in the table are kept, so the grid
 can run in pieces.
 
-    python analyses/atlas/atlas_spread.py [--models ...] [--sets stdlib:1024 pydoc:2048] [--prompts 8] [--quick] [--out DIR]
+    python -m analyses.atlas.atlas_spread [--models ...] [--sets stdlib:1024 pydoc:2048] [--prompts 8] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import FIGURES, installed, parse_set, parser, write_rows  # noqa: E402
-from atlas_null import labelled_heads  # noqa: E402
-from interp.experiments.atlas import ROLE_NAMES, AtlasConfig, run_atlas  # noqa: E402
+import interp
+from interp.experiments.atlas import ROLE_NAMES, AtlasConfig, run_atlas
+
+from analyses._common import FIGURES, installed, parse_set, parser, write_rows
+from analyses.atlas.atlas_null import labelled_heads
 
 
 def spread_rows(model, name: str, corpus: str, tokens: int, prompts: int, committed: pd.DataFrame | None) -> list[dict]:

@@ -7,20 +7,19 @@ Scans each model (8 pydoc prompts x 1024 tokens) or loads saved scans (``--load 
 analogue ``sdh_vs_all_fig5_6`` (mean r1, R_0.95 and norm relative variation of q and k, SDHs against all heads;
 ``figures/sdh_vs_all_fig5_6.csv``).
 
-    python analyses/atlas/compare_zoo.py [--models ...] [--load smollm2-135m=DIR ...] [--quick]
+    python -m analyses.atlas.compare_zoo [--models ...] [--load smollm2-135m=DIR ...] [--quick]
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parser, save_figure  # noqa: E402
-from interp.report.compare import box_figure, compare_table, sdh_lag_figure, summary  # noqa: E402
+import interp
+from interp.report.compare import box_figure, compare_table, sdh_lag_figure, summary
+
+from analyses._common import parser, save_figure
 
 
 FIG56 = ["r1_q", "r1_k", "R95_q", "R95_k", "norm_rv_q", "norm_rv_k"]

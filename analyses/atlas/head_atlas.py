@@ -13,24 +13,23 @@ role), ``atlas_ablation.csv`` (per model and role: median score and per-head rat
 ``atlas_summary.csv`` (per model: heads, count per role, seconds per pass) and ``atlas_grid_<model>.{html,png}``
 (the layer x head role grid) and ``atlas_ablation.{html,png}``.
 
-    python analyses/atlas/head_atlas.py [--models ...] [--prompts 8] [--tokens 1024] [--quick] [--out DIR]
+    python -m analyses.atlas.head_atlas [--models ...] [--prompts 8] [--tokens 1024] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import FIGURES, installed, parser, save_figure  # noqa: E402
-from interp.experiments.atlas import (BANDS, ROLE_NAMES, AtlasConfig, band_attribution, cooccurrence, role_summary,  # noqa: E402
+import interp
+from interp.experiments.atlas import (BANDS, ROLE_NAMES, AtlasConfig, band_attribution, cooccurrence, role_summary,
                                       run_atlas)
-from interp.report.atlas_page import role_grid  # noqa: E402
+from interp.report.atlas_page import role_grid
+
+from analyses._common import FIGURES, installed, parser, save_figure
 
 
 def retrieval_scores(name: str) -> pd.DataFrame | None:

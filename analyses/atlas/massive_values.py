@@ -23,13 +23,12 @@ Writes into ``--out`` (default ``figures/``):
 - ``massive_values_scores.csv``: per model, condition and head-table column: mean over heads before / after,
   mean change, mean |change|.
 
-    python analyses/atlas/massive_values.py [--quick] [--models ...] [--prompts 4] [--tokens 512] [--lam 5] [--out figures]
+    python -m analyses.atlas.massive_values [--quick] [--models ...] [--prompts 4] [--tokens 512] [--lam 5] [--out figures]
 """
 
 from __future__ import annotations
 
 import gc
-import sys
 import time
 from pathlib import Path
 
@@ -45,8 +44,7 @@ from interp.experiments.massive import destruction
 from interp.measures.massive import channel_table
 from interp.models.arch import rope_specs
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import installed, parser, save_figure  # noqa: E402
+from analyses._common import installed, parser, save_figure
 
 BANDS = ("high", "medium", "low")
 

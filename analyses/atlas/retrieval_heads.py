@@ -16,13 +16,12 @@ and depth), ``retrieval_heads_summary.csv`` (per model: trials, retrieved, mean 
 >= 0.5, the top five heads by retrieval and by induction score, how many are in both, the Spearman correlation
 of the two scores over all heads, seconds, the grid; rows of models not run keep their values) and ``retrieval_heads.{html,png}`` (layer x head heatmaps).
 
-    python analyses/atlas/retrieval_heads.py [--models ...] [--lengths 256,512,1024] [--depths 0.1,0.3,0.5,0.7,0.9]
+    python -m analyses.atlas.retrieval_heads [--models ...] [--lengths 256,512,1024] [--depths 0.1,0.3,0.5,0.7,0.9]
                                        [--needles 2] [--quick] [--figure-only] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -31,10 +30,10 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import MODELS, parser, save_figure  # noqa: E402
-from interp.experiments.retrieval import RetrievalConfig, run_retrieval  # noqa: E402
+import interp
+from interp.experiments.retrieval import RetrievalConfig, run_retrieval
+
+from analyses._common import MODELS, parser, save_figure
 
 THRESHOLDS = (0.1, 0.5)
 

@@ -11,24 +11,22 @@ Writes ``shape_zoo.csv`` (``model, layer, head`` and every column of the measure
 threshold, medians of entropy, coverage and the estimate's error, the scan's seconds) and ``shape_zoo.{html,png}``
 (histogram of distant mass per model, the default threshold marked).
 
-    python analyses/atlas/shape_zoo.py [--models ...] [--prompts 8] [--tokens 1024] [--quick] [--out DIR]
+    python -m analyses.atlas.shape_zoo [--models ...] [--prompts 8] [--tokens 1024] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import installed, parser, save_figure  # noqa: E402
-from interp.measures.shape import STREAMING_THRESHOLD  # noqa: E402
+import interp
+from interp.measures.shape import STREAMING_THRESHOLD
+
+from analyses._common import installed, parser, save_figure
 
 CANDIDATES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)

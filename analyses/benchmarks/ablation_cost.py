@@ -6,14 +6,13 @@ measurements), the same plus the three band ablations of paper 004 Table 5 recom
 ``interp ablate`` runs). Times are the minimum over ``--repeats`` after a warm-up. Writes
 ``figures/ablation_cost.csv``.
 
-    python analyses/benchmarks/ablation_cost.py [--model smollm2-135m] [--prompts 8] [--tokens 1024] [--repeats 2]
+    python -m analyses.benchmarks.ablation_cost [--model smollm2-135m] [--prompts 8] [--tokens 1024] [--repeats 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -23,8 +22,7 @@ import torch
 import interp
 from interp.experiments.ablation import band_variants
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from analyses._common import parse_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ Rows (CPU time of this process on one thread, so other load on the machine chang
 per pass of the same prompts (``atlas_text``, ``atlas_rr``); ``atlas`` doubles the prompts. Writes
 ``figures/atlas_cost.csv``.
 
-    python analyses/benchmarks/atlas_cost.py [--model smollm2-135m] [--prompts 2] [--tokens 1024] [--quick] [--out DIR]
+    python -m analyses.benchmarks.atlas_cost [--model smollm2-135m] [--prompts 2] [--tokens 1024] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,8 +28,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from analyses._common import parse_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 

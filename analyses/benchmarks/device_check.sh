@@ -34,14 +34,14 @@ for step in "${@:-tests scan}"; do
     case "$s" in
       tests) timeout 240 python -m pytest -q -x tests/engine/test_triton.py tests/lab/test_model.py tests/test_analyses_emergence.py \
                -k "triton or cuda or gpu or packed or pass2" -p no:cacheprovider ;;
-      scan) timeout 420 python analyses/benchmarks/gpu_scan.py --models llama-3.1-8b qwen2.5-7b gemma-3-4b \
+      scan) timeout 420 python -m analyses.benchmarks.gpu_scan --models llama-3.1-8b qwen2.5-7b gemma-3-4b \
               --lengths 4096 8192 32768 --repeats 2 --out "$OUT/gpu_scan.csv" ;;
-      induction) timeout 540 python analyses/emergence/induction_text.py --device cuda --out "$OUT" ;;  # its defaults: the committed run
-      effects) timeout 300 python analyses/benchmarks/effects_cost.py --model smollm2-135m --random-weights --device cuda \
+      induction) timeout 540 python -m analyses.emergence.induction_text --device cuda --out "$OUT" ;;  # its defaults: the committed run
+      effects) timeout 300 python -m analyses.benchmarks.effects_cost --model smollm2-135m --random-weights --device cuda \
                  --prompts 8 --tokens 512 --naive-heads 30 --out "$OUT" ;;
-      frayed) timeout 480 python analyses/p001_frayed/frayed_bootstrap.py --models smollm2-135m --device cuda \
+      frayed) timeout 480 python -m analyses.p001_frayed.frayed_bootstrap --models smollm2-135m --device cuda \
                 --lengths 1024,4096,8192,16384,32768,65536 --prompts 16 --out "$OUT" ;;
-      loo) timeout 540 python analyses/p003_sparsity/leave_one_out.py --examples 500 --device cuda --out "$OUT" ;;
+      loo) timeout 540 python -m analyses.p003_sparsity.leave_one_out --examples 500 --device cuda --out "$OUT" ;;
       *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction, effects, frayed or loo" >&2; exit 2 ;;
     esac
   done

@@ -6,20 +6,17 @@ sums in float64). Reported per model and dtype: the largest change of any slash 
 lags 0..N-1), of r1_q / r1_k (pre-RoPE), of the sink weight, how many heads change SDH status, and
 the scan time relative to float32. Writes ``figures/dtype_error.csv``.
 
-    python analyses/benchmarks/dtype_error.py [--models smollm2-135m ...] [--prompts 4] [--tokens 512] [--quick]
+    python -m analyses.benchmarks.dtype_error [--models smollm2-135m ...] [--prompts 4] [--tokens 512] [--quick]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import interp  # noqa: E402
-from _common import parser  # noqa: E402
+import interp
 from interp.measures import slash
+
+from analyses._common import parser
 
 
 def compare(name: str, prompts: int, tokens: int, dtypes=("bfloat16", "float16")) -> list[dict]:

@@ -29,7 +29,7 @@ keeping the others) and, for the zoo weights only, the fast path's table ``figur
 ``figures/attribution_agreement.csv`` (``interp.experiments.attribution.agreement``: Spearman's rho of attributed
 against exact zero / mean effects over all heads and per depth third, the worst heads; the model's rows replaced).
 
-    python analyses/benchmarks/effects_cost.py [--model smollm2-135m] [--prompts 8] [--tokens 512] [--device cuda]
+    python -m analyses.benchmarks.effects_cost [--model smollm2-135m] [--prompts 8] [--tokens 512] [--device cuda]
         [--random-weights] [--naive-heads K] [--attribution] [--only-attribution] [--quick] [--out DIR]
 """
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -46,11 +45,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked, replace_rows, write_rows  # noqa: E402
+from analyses._common import parse_tracked, replace_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 # published configs, for --random-weights (the vocabulary matters here: the LM head and its softmax run per head)
 CONFIGS = {

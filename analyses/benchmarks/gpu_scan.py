@@ -29,8 +29,8 @@ Plus the same work on both engines for ``smollm2-135m``'s config (random weights
 (Triton) and this machine's CPU (fused C++ kernel, ``torch.get_num_threads()`` threads), so the engines are compared
 on equal work. Times are the minimum over ``--repeats`` after one warm-up (which compiles the Triton kernels).
 
-    python analyses/benchmarks/gpu_scan.py                # on a GPU: writes figures/gpu_scan.csv
-    python analyses/benchmarks/gpu_scan.py --quick        # CPU, tiny sizes: checks the script (the tests run this)
+    python -m analyses.benchmarks.gpu_scan                # on a GPU: writes figures/gpu_scan.csv
+    python -m analyses.benchmarks.gpu_scan --quick        # CPU, tiny sizes: checks the script (the tests run this)
 """
 
 from __future__ import annotations
@@ -44,11 +44,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from analyses._common import parse_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 # The published configs (hidden size, layers, heads, kv heads, head dim, MLP width, RoPE base, window): what
 # decides the cost. Vocabularies are cut to 32k: the decoder stack's cost does not depend on them (no LM head).

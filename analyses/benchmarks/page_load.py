@@ -15,7 +15,7 @@ Writes ``figures/page_load.csv``: ``page, model, scope, bytes, mb`` (bytes / 1e6
 load_1min`` (the machine's 1-minute load average before the run: the times are only as good as the machine was
 idle), ``machine``.
 
-    python analyses/benchmarks/page_load.py [--model smollm2-135m] [--prompts 2] [--tokens 1024] [--repeats 5] [--quick] [--out DIR]
+    python -m analyses.benchmarks.page_load [--model smollm2-135m] [--prompts 2] [--tokens 1024] [--repeats 5] [--quick] [--out DIR]
 
 ``--quick``: tiny-llama, 1 prompt x 64 tokens, viewer windows of 32 tokens, 1 repeat; writes into ``--out``.
 The scan report's size depends on the model (heads, layers) and little on the prompts (maps are averaged); the
@@ -31,15 +31,13 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from analyses._common import parse_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 FIG = ROOT / "figures"

@@ -21,7 +21,7 @@ difference between the fast path and the naive loop over the heads both ran (the
 warm-up of each method on one layer first. Writes ``figures/patch_cost.csv`` (replacing the rows of the same model and
 device).
 
-    python analyses/benchmarks/patch_cost.py [--model smollm2-135m] [--pairs 64] [--naive-heads K] [--threads 1]
+    python -m analyses.benchmarks.patch_cost [--model smollm2-135m] [--pairs 64] [--naive-heads K] [--threads 1]
         [--quick] [--out DIR]
 
 ``--quick``: tiny-llama on 4 induction pairs (its byte tokenizer has no one-token names), every head (for the tests).
@@ -30,7 +30,6 @@ device).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -38,9 +37,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked, write_rows  # noqa: E402
-from benchmarks.effects_cost import CPU_S, machine_name, spread_heads, timed  # noqa: E402
+from analyses._common import parse_tracked, write_rows
+from analyses.benchmarks.effects_cost import CPU_S, machine_name, spread_heads, timed
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,13 +6,12 @@ On the same prompts, in one run: ``interp.scan`` in this process (torch's defaul
 machine no gain beyond the cores is expected: the point is that the same command spreads over a
 cluster's machines. Writes ``figures/ray_throughput.csv``.
 
-    python analyses/benchmarks/ray_throughput.py [--model smollm2-135m] [--prompts 8] [--tokens 512] [--quick]
+    python -m analyses.benchmarks.ray_throughput [--model smollm2-135m] [--prompts 8] [--tokens 512] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -21,8 +20,7 @@ import pandas as pd
 import interp
 from interp.engine.executor import ModelSpec, ray_workers, run_sharded
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from analyses._common import parse_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,7 @@ each peak is its own). Prints the table with the ratios and writes ``figures/sca
 ``figures/scan_speed.png``; rows already in the tables stay when they are another model's (``--model``) or this model's
 at other lengths measured on the same machine; this model's rows from another machine are dropped.
 
-    python analyses/benchmarks/scan_speed.py [--lengths 1024 2048 4096 8192] [--repeats 2] [--model smollm2-135m]
+    python -m analyses.benchmarks.scan_speed [--lengths 1024 2048 4096 8192] [--repeats 2] [--model smollm2-135m]
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import replace_rows, track_outputs  # noqa: E402
+from analyses._common import replace_rows, track_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 FIG = ROOT / "figures"
@@ -167,7 +166,7 @@ def main() -> None:
     card = load_model(args.model, device="cpu").card
     rows, phase_rows, side = [], [], {}
     for n in args.lengths:
-        cmd = [sys.executable, __file__, "--worker", "side", str(n), "--repeats", str(args.repeats), "--model", args.model]
+        cmd = [sys.executable, "-m", "analyses.benchmarks.scan_speed", "--worker", "side", str(n), "--repeats", str(args.repeats), "--model", args.model]
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if res.returncode != 0:
             print(res.stderr[-2000:], file=sys.stderr)
@@ -183,7 +182,7 @@ def main() -> None:
                 rows.append({"mode": mode, "n": n, "seconds": float("nan"), "peak_rss_mb": float("nan"), "base_rss_mb": float("nan")})
                 continue
             reps = 1  # this subprocess is for the peak memory; times come from the side-by-side run
-            cmd = [sys.executable, __file__, "--worker", mode, str(n), "--repeats", str(reps), "--model", args.model]
+            cmd = [sys.executable, "-m", "analyses.benchmarks.scan_speed", "--worker", mode, str(n), "--repeats", str(reps), "--model", args.model]
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if res.returncode != 0:
                 print(res.stderr[-2000:], file=sys.stderr)

@@ -12,20 +12,17 @@ both ways and writes:
   difference over every other ``heads.csv`` column: ``|a - b| / max(1, |b|)``). The cost of each mode is
   ``scan_speed.py``'s to measure (side by side, on an idle machine), not this script's.
 
-    python analyses/benchmarks/sink_estimate.py [--models ...] [--quick]
+    python -m analyses.benchmarks.sink_estimate [--models ...] [--quick]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-import interp  # noqa: E402
-from _common import parser  # noqa: E402
+import interp
+
+from analyses._common import parser
 
 KEYS = ["layer", "head"]
 

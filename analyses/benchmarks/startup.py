@@ -4,7 +4,7 @@ Each command runs in a fresh subprocess ``--repeats`` times (default 5); the tab
 wall time in seconds. ``import interp`` loads nothing heavy until a name is used (PEP 562), so it should cost far less
 than ``import torch``. Writes ``figures/startup.csv``.
 
-    python analyses/benchmarks/startup.py [--repeats 5] [--quick]
+    python -m analyses.benchmarks.startup [--repeats 5] [--quick]
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from analyses._common import parse_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 FIG = ROOT / "figures"

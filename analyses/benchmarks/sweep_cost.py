@@ -15,7 +15,7 @@ first prompt, and the largest absolute difference is reported (``max_abs_diff_sk
 
 Writes ``figures/sweep_cost.csv``.
 
-    python analyses/benchmarks/sweep_cost.py [--model smollm2-135m] [--prompts 2] [--lengths 256 512 1024 2048] [--repeats 2] [--check]
+    python -m analyses.benchmarks.sweep_cost [--model smollm2-135m] [--prompts 2] [--lengths 256 512 1024 2048] [--repeats 2] [--check]
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -32,13 +31,12 @@ import pandas as pd
 import torch
 
 import interp
-from interp.hooks.capture import capture
 from interp.engine import ScanConfig, scan
-from interp.measures import geometry
 from interp.experiments.sweep import sweep
+from interp.hooks.capture import capture
+from interp.measures import geometry
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-from _common import parse_tracked  # noqa: E402
+from analyses._common import parse_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 

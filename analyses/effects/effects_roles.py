@@ -23,21 +23,18 @@ correction of about 60 tests.
 
 Writes ``figures/effects_roles.csv`` (rows of models not run are kept) and the effects tables it completed.
 
-    python analyses/effects/effects_roles.py [--models ...] [--interventions zero,streaming] [--prompts 2] [--tokens 128]
+    python -m analyses.effects.effects_roles [--models ...] [--interventions zero,streaming] [--prompts 2] [--tokens 128]
         [--draws 20000] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import atlas_of, load_cpu, parser, replace_rows, run_models, write_rows  # noqa: E402
+from analyses._common import atlas_of, load_cpu, parser, replace_rows, run_models, write_rows
 
 ALPHA = 0.05  # false-discovery rate of the role tests' verdicts
 

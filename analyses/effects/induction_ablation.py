@@ -18,21 +18,16 @@ Writes ``figures/effects_induction.csv`` (sets), ``figures/effects_induction_hea
 ``figures/effects_induction_summary.csv`` (per model and k: the top-k and the random sets' ``dnll``, the clean loss on
 the second copy and on the first, Spearman's rho).
 
-    python analyses/effects/induction_ablation.py [--models ...] [--k 5,10] [--draws 20] [--prompts 4] [--tokens 129]
+    python -m analyses.effects.induction_ablation [--models ...] [--k 5,10] [--draws 20] [--prompts 4] [--tokens 129]
         [--head-prompts 2] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import atlas_of, load_cpu, mean_interval, parser, run_models, write_rows  # noqa: E402
+from analyses._common import atlas_of, load_cpu, mean_interval, parser, run_models, write_rows
 
 
 def second_copy_start(model, tokens: int) -> int:

@@ -25,23 +25,19 @@ Per model:
 Writes ``figures/kv_budget_heads.csv``, ``figures/kv_budget_validation.csv``, ``figures/kv_budget_curves.csv``,
 ``figures/kv_budget_summary.csv`` and the figure ``figures/kv_budget_curves.{html,png}``.
 
-    python analyses/effects/kv_budget.py [--models ...] [--tokens 1024] [--loss-tokens 1024] [--niah-length 512] [--quick]
+    python -m analyses.effects.kv_budget [--models ...] [--tokens 1024] [--loss-tokens 1024] [--niah-length 512] [--quick]
         [--no-curves] [--parts loss niah] [--summary-only] [--merge-from RUN_DIR ...]
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from effects_roles import effects_table  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import load_cpu, merge_sources, parser, run_models, save_figure, write_rows  # noqa: E402
+from analyses._common import load_cpu, merge_sources, parser, run_models, save_figure, write_rows
+from analyses.effects.effects_roles import effects_table
 
 SHARES = (0.0, 0.25, 0.5, 0.75, 0.9)
 TABLES = ("kv_budget_heads.csv", "kv_budget_validation.csv", "kv_budget_curves.csv")  # per model, joined by --merge-from

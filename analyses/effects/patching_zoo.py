@@ -22,20 +22,18 @@ Writes ``figures/patch_heads.csv`` (one row per model, task and head), ``figures
 sender, receiver and input) and ``figures/patch_summary.csv`` (per model and task: clean and corrupt LD, clean
 accuracy, the top heads, attribution's rho; or why a task could not run).
 
-    python analyses/effects/patching_zoo.py [--models ...] [--pairs 32] [--path-pairs 16] [--receivers 3] [--quick]
+    python -m analyses.effects.patching_zoo [--models ...] [--pairs 32] [--path-pairs 16] [--receivers 3] [--quick]
         [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import FIGURES, atlas_of, load_cpu, parser, run_models, write_rows  # noqa: E402
+from analyses._common import FIGURES, atlas_of, load_cpu, parser, run_models, write_rows
 
 ATLAS_COLUMNS = ("role_induction", "role_previous_token", "role_duplicate_token", "role_retrieval", "role_echo",
                  "role_sdh", "is_sdh", "has_sink", "rr_induction_score", "prev_token_score", "sink_weight")

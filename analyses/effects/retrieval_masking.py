@@ -25,22 +25,17 @@ needle seeds, the baseline, top-k and pooled random recall, each with a 95% boot
 ``random_min`` / ``random_max``; ``p_top``, the share of random sets (the top set counted as one) whose recall is at
 most the top k's, a one-sided Monte Carlo p-value; ``matching``). Rows of models not run are kept.
 
-    python analyses/effects/retrieval_masking.py [--models ...] [--k 5,10,20] [--draws 20] [--lengths 256,512]
+    python -m analyses.effects.retrieval_masking [--models ...] [--k 5,10,20] [--draws 20] [--lengths 256,512]
         [--depths 0.1,0.5,0.9] [--needles 2] [--split held_out] [--seed 0] [--select-seed 0] [--select-needles 2]
         [--max-new-tokens 24] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import FIGURES, load_cpu, mean_interval, parser, run_models, write_rows  # noqa: E402
+from analyses._common import FIGURES, load_cpu, mean_interval, parser, run_models, write_rows
 
 
 THRESHOLD = 0.1  # Wu et al.'s retrieval-head threshold (the atlas's too)

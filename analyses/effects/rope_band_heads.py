@@ -25,21 +25,16 @@ of (1 - ratio) against ``dnll`` over heads x bands, the median ``dnll`` per band
 the median, and ``diff_<band>`` with ``diff_<band>_lo`` / ``_hi``: the SDHs' mean ``dnll`` minus the control heads',
 with a 95% two-sample bootstrap interval over heads, ``interp.experiments.stats.difference_interval``; ``matching``).
 
-    python analyses/effects/rope_band_heads.py [--models ...] [--top 8] [--prompts 2] [--tokens 256] [--control-seed 0]
+    python -m analyses.effects.rope_band_heads [--models ...] [--top 8] [--prompts 2] [--tokens 256] [--control-seed 0]
         [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import atlas_of, load_cpu, parser, run_models, write_rows  # noqa: E402
+from analyses._common import atlas_of, load_cpu, parser, run_models, write_rows
 
 BANDS = ("high", "medium", "low")
 

@@ -31,23 +31,17 @@ Writes ``figures/effects_streaming.csv`` (one row per model), ``figures/effects_
 ``figures/effects_streaming_heads.csv`` (per head: distant mass, the rule's label, the streaming ``dnll``) and the
 scatter "where it looks vs what it does" ``figures/effects_streaming.{html,png}`` of every model in that table.
 
-    python analyses/effects/streaming_criterion.py [--models ...] [--joint-prompts 4] [--draws 20] [--random-shares 0.25,0.5,0.75]
+    python -m analyses.effects.streaming_criterion [--models ...] [--joint-prompts 4] [--draws 20] [--random-shares 0.25,0.5,0.75]
         [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from effects_roles import effects_table, table_options  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import atlas_of, load_cpu, mean_interval, parser, run_models, save_figure, write_rows  # noqa: E402
+from analyses._common import atlas_of, load_cpu, mean_interval, parser, run_models, save_figure, write_rows
+from analyses.effects.effects_roles import effects_table, table_options
 
 SHARES = (0.25, 0.5, 0.75)  # shares of the heads streamed at once, every order
 RULE_SHARES = (0.125, 0.375)  # more points of the rule's own curve, to see where its joint cost leaves 0

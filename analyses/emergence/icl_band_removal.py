@@ -16,22 +16,19 @@ Writes ``emergence_icl_bands_runs.csv`` (one row per run, the columns of ``emerg
 ``emergence_icl_bands_summary.csv`` (``seed_summary``: mean, every seed's min / max, 95% t-interval over seeds) and
 ``emergence_icl_bands_pulse.csv`` (Assumption D.1's ``pulse_check`` of every set: ``C1``, ``eps_fn``, ``L``).
 
-    python analyses/emergence/icl_band_removal.py [--seeds 3] [--tau 300] [--quick] [--out DIR]
+    python -m analyses.emergence.icl_band_removal [--seeds 3] [--tau 300] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from icl_two_stage import RUN_KEYS, SETTINGS, parse, run  # noqa: E402
+from interp.experiments.trajectory import seed_summary
+from interp.lab.icl_regression import BAND_REMOVALS, ICLData, frequencies, pulse_check
 
-from interp.experiments.trajectory import seed_summary  # noqa: E402
-from interp.lab.icl_regression import BAND_REMOVALS, ICLData, frequencies, pulse_check  # noqa: E402
+from analyses.emergence.icl_two_stage import RUN_KEYS, SETTINGS, parse, run
 
 
 def sets(quick: bool) -> list[str]:

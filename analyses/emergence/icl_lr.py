@@ -9,24 +9,20 @@ stages under joint training) move with it.
 Writes ``emergence_icl_lr_runs.csv`` (one row per run, the columns of ``emergence_icl_runs.csv``) and
 ``emergence_icl_lr_summary.csv`` (``seed_summary`` per ``lr`` and schedule).
 
-    python analyses/emergence/icl_lr.py [--lrs 0.3 3] [--seeds 3] [--quick] [--out DIR]
+    python -m analyses.emergence.icl_lr [--lrs 0.3 3] [--seeds 3] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1]),
-                str(Path(__file__).resolve().parents[2])]  # siblings; analyses/_common.py; this checkout's interp
-from _common import one_thread, parser  # noqa: E402
-from icl_two_stage import OPTIONS, QUICK, generalisation, run_summary  # noqa: E402
+from interp.experiments.trajectory import seed_summary
+from interp.lab.icl_regression import ICLData, frequencies, train_icl
 
-from interp.experiments.trajectory import seed_summary  # noqa: E402
-from interp.lab.icl_regression import ICLData, frequencies, train_icl  # noqa: E402
+from analyses._common import one_thread, parser
+from analyses.emergence.icl_two_stage import OPTIONS, QUICK, generalisation, run_summary
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:

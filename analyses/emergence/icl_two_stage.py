@@ -37,14 +37,12 @@ formation times, losses, final masses, ``seconds``), ``emergence_icl_summary.csv
 seed's min / max and the 95% t-interval over seeds), ``emergence_icl_pulse.csv`` (``pulse_check`` of each frequency
 set at each N) and ``emergence_icl.{html,png}``.
 
-    python analyses/emergence/icl_two_stage.py [--seeds 3] [--tau 300] [--quick] [--out DIR]
+    python -m analyses.emergence.icl_two_stage [--seeds 3] [--tau 300] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -52,12 +50,10 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's interp
-from _common import one_thread, parser, save_figure  # noqa: E402
+from interp.experiments.trajectory import first_crossing, seed_summary
+from interp.lab.icl_regression import ICLData, frequencies, pulse_check, relative_error, train_icl
 
-from interp.experiments.trajectory import first_crossing, seed_summary  # noqa: E402
-from interp.lab.icl_regression import ICLData, frequencies, pulse_check, relative_error, train_icl  # noqa: E402
+from analyses._common import one_thread, parser, save_figure
 
 RUN_KEYS = ["delta", "freq", "schedule", "layer1"]
 OPTIONS = (("--seeds", int, 3, "seeds per condition"), ("--tau", int, 300, "steps of each stage (tau1 = tau2)"),

@@ -82,15 +82,14 @@ far), ``emergence_text_summary.csv`` (mean, min / max and 95%
 t-interval over seeds) and ``emergence_text.{html,png}``; the trajectory pages ``emergence_text_seed<k>.html``
 (``interp.report.trajectory_page``); ``--name`` replaces the stem ``emergence_text``.
 
-    python analyses/emergence/induction_text.py [--steps 10000] [--layers 3] [--length 256] [--probes seen|text|all]
+    python -m analyses.emergence.induction_text [--steps 10000] [--layers 3] [--length 256] [--probes seen|text|all]
         [--corpus stdlib|pydoc] [--device auto|cpu|cuda] [--jobs 0] [--quick] [--out DIR]
-    python analyses/emergence/induction_text.py --replot [--out DIR]      (the figure and pages from the tables)
+    python -m analyses.emergence.induction_text --replot [--out DIR]      (the figure and pages from the tables)
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -102,20 +101,18 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # analyses/_common.py
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's interp
-from _common import one_thread, parser, save_figure  # noqa: E402
-
-from interp import corpus  # noqa: E402
-from interp.engine import ScanConfig  # noqa: E402
-from interp.experiments.effects import EffectsConfig, head_effects, set_effects  # noqa: E402
-from interp.experiments.stats import bootstrap_interval  # noqa: E402
-from interp.experiments.trajectory import (  # noqa: E402
+from interp import corpus
+from interp.engine import ScanConfig
+from interp.experiments.effects import EffectsConfig, head_effects, set_effects
+from interp.experiments.stats import bootstrap_interval
+from interp.experiments.trajectory import (
     ScanCallback, every_schedule, first_crossing, icl_score, log_schedule, seed_summary)
-from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, lm_loss, train_model  # noqa: E402
-from interp.lab import text_lm  # noqa: E402
-from interp.lab.vocab import BOS  # noqa: E402
-from interp.report.trajectory_page import write_trajectory_page  # noqa: E402
+from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, lm_loss, train_model
+from interp.lab import text_lm
+from interp.lab.vocab import BOS
+from interp.report.trajectory_page import write_trajectory_page
+
+from analyses._common import one_thread, parser, save_figure
 
 ROLE = 0.3  # the atlas's role threshold (final_roles), fixed before the runs
 SETTINGS = ("seed", "top_layer", "top_head", "steps", "length", "batch", "d_model", "layers", "heads", "pe", "lr", "probes", "repeat_frac", "corpus", "device", "role_level",

@@ -40,15 +40,14 @@ token viewer, ``interp.report.viewer.attention_view``), the trained 2D-RoPE mode
 ``copy_2d_rope_model/`` (or ``--save-dir``), the 2-layer RoPE copier in ``copy_rope2_model/`` and its head atlas
 (``copy_atlas``: ``copy_atlas.csv``, ``copy_atlas_roles.csv``, ``copy_atlas_grid.{html,png}``; ``--atlas DIR`` runs only this, on a saved copier) and ``copy_2d_rope_report.html`` (``interp.scan`` of that model).
 
-    python analyses/p000_copy/copy_2d_rope.py [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
+    python -m analyses.p000_copy.copy_2d_rope [--steps-scale 1] [--seed 0 | --seeds 0 1 2] [--only MODEL ...] [--jobs 2]
         [--out figures/] [--save-dir DIR] [--merge-from DIR ...] [--quick]
-    python analyses/p000_copy/copy_2d_rope.py --atlas figures/copy_rope2_model [--seed 0] [--out figures/]
+    python -m analyses.p000_copy.copy_2d_rope --atlas figures/copy_rope2_model [--seed 0] [--out figures/]
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import sys
 import time
 from pathlib import Path
 
@@ -58,12 +57,12 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import merge_sources, one_thread, parser, replace_rows, save_figure  # noqa: E402
-from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, save_lab, train_model  # noqa: E402
-from interp.lab.copy_attention import copy_attention_table  # noqa: E402
-from interp.lab.copy_task import (DISTRIBUTIONS, LengthCurriculum, copy_vocab, encode_batch, exact_match,  # noqa: E402
+from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, save_lab, train_model
+from interp.lab.copy_attention import copy_attention_table
+from interp.lab.copy_task import (DISTRIBUTIONS, LengthCurriculum, copy_vocab, encode_batch, exact_match,
                                   sample_string, sample_strings)
+
+from analyses._common import merge_sources, one_thread, parser, replace_rows, save_figure
 
 # the 2-layer RoPE copier's recipe (analyses/p000_copy/copy_attempts.py): RoPE base 500, curriculum moving on at 0.8 exact match
 ROPE2_RECIPE = dict(name="fast", rope_base=500.0, threshold=0.8)

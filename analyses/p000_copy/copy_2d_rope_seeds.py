@@ -12,24 +12,22 @@ Writes ``figures/copy_2d_rope_seeds.csv`` (``seed, distribution, length_lo, leng
 each with a ``mean`` / ``sd`` summary over seeds in ``figures/copy_2d_rope_seeds_summary.csv``
 (``table, measure, distribution, length_lo, length_hi, seeds, mean, sd, min, max``).
 
-    python analyses/p000_copy/copy_2d_rope_seeds.py [--seeds 0 1 2] [--jobs 1] [--quick]
+    python -m analyses.p000_copy.copy_2d_rope_seeds [--seeds 0 1 2] [--jobs 1] [--quick]
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import copy_2d_rope as c2d  # noqa: E402
-from _common import one_thread, parser  # noqa: E402
-from interp.lab import lab_loaded  # noqa: E402
-from interp.lab.copy_task import DISTRIBUTIONS, copy_vocab, encode_batch, sample_string, sample_strings  # noqa: E402
+from interp.lab import lab_loaded
+from interp.lab.copy_task import DISTRIBUTIONS, copy_vocab, encode_batch, sample_string, sample_strings
+
+from analyses._common import one_thread, parser
+from analyses.p000_copy import copy_2d_rope as c2d
 
 SPEC = c2d.FULL_MODELS[0]  # ("rope2d", 1, 1, "imbalanced", 600, False, 1e-3)
 QUICK_SPEC = c2d.QUICK_MODELS[0]

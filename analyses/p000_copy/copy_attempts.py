@@ -22,14 +22,13 @@ loss, batch_exact_match, hi``: mean training loss, training-batch exact match an
 and ``copy_attempts.{html,png}``. Rows of the recipes run replace that recipe's rows already in the CSVs, so
 recipes can run as separate processes (``--recipes base --recipes thr08 ...``; the files are locked while updated).
 
-    python analyses/p000_copy/copy_attempts.py [--recipes base thr08 ...] [--steps 1500] [--seed 0] [--jobs 2] [--quick]
+    python -m analyses.p000_copy.copy_attempts [--recipes base thr08 ...] [--steps 1500] [--seed 0] [--jobs 2] [--quick]
 """
 
 from __future__ import annotations
 
 import fcntl
 import multiprocessing as mp
-import sys
 import time
 from pathlib import Path
 
@@ -38,10 +37,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import copy_2d_rope as c2d  # noqa: E402
-from _common import one_thread, parser, replace_rows, save_figure  # noqa: E402
-from interp.lab.copy_task import sample_strings  # noqa: E402
+from interp.lab.copy_task import sample_strings
+
+from analyses._common import one_thread, parser, replace_rows, save_figure
+from analyses.p000_copy import copy_2d_rope as c2d
 
 BASE = dict(heads=4, lr=2e-3, curriculum=True)
 RECIPES = {

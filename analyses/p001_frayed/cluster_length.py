@@ -17,25 +17,22 @@ medians in ``frayed_rope_summary.csv`` this reproduces to their rounding): ``mod
 (95% percentile interval of the median over a bootstrap of the prompts, ``key_norm_length.BOOT`` resamples; with two
 prompts a crude interval: at most the span of the two prompts' own medians), ``prompt_tokens``.
 
-    python analyses/p001_frayed/cluster_length.py [--models smollm2-135m] [--lengths 512,...,16384] [--prompts 2] [--check 512] [--quick]
+    python -m analyses.p001_frayed.cluster_length [--models smollm2-135m] [--lengths 512,...,16384] [--prompts 2] [--check 512] [--quick]
 """
 
 from __future__ import annotations
-
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import installed, parser  # noqa: E402
-from interp.models.taps import attention_taps  # noqa: E402
-from interp.measures.geometry import cluster_scores, sample_positions  # noqa: E402
-from key_norm_length import BOOT  # noqa: E402
+import interp
+from interp.measures.geometry import cluster_scores, sample_positions
+from interp.models.taps import attention_taps
+
+from analyses._common import parser
+from analyses.p001_frayed._loop import model_runs
+from analyses.p001_frayed.key_norm_length import BOOT
 
 # the sweep of docs/results/paper-001.md ran with 500 + 500 points (the default before issue 23 made it 400 in all):
 # with these the silhouette medians here equal its frayed_rope_summary.csv values to the tables' 4-decimal rounding
@@ -96,21 +93,19 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.quick:
-        args.models, args.lengths, args.check = ["tiny-llama"], "64,128", 64
+        args.lengths, args.check = "64,128", 64
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.check and args.check not in lengths:
         ap.error(f"--check {args.check} must be one of --lengths ({args.lengths})")
     args.out.mkdir(parents=True, exist_ok=True)
     frames = []
-    for name in installed(args.models):
-        t0 = time.perf_counter()
-        model = interp.load_model(name, device="cpu")
-        p = interp.corpus.prompts(model, "random" if args.quick else "pydoc", args.prompts, max(lengths), beyond_context=True)
-        per = np.stack([prompt_clusters(model, t, lengths, i, args.cluster_points) for i, t in enumerate(p)])
-        frames.append(table(name, per, lengths).assign(prompt_tokens=max(lengths)))
-        msg = f"{name}: {len(p)} prompts x {max(lengths)} tokens in {time.perf_counter() - t0:.0f} s"
+    for run in model_runs(args, args.prompts, max(lengths)):
+        per = np.stack([prompt_clusters(run.model, t, lengths, i, args.cluster_points) for i, t in enumerate(run.prompts)])
+        frames.append(table(run.name, per, lengths).assign(prompt_tokens=max(lengths)))
+        msg = f"{run.name}: {len(run.prompts)} prompts x {max(lengths)} tokens in {run.seconds():.0f} s"
         if args.check:
-            msg += f"; largest difference from a geometry scan at {args.check} tokens: {check(model, p, args.check, per, lengths, args.cluster_points):.2e}"
+            diff = check(run.model, run.prompts, args.check, per, lengths, args.cluster_points)
+            msg += f"; largest difference from a geometry scan at {args.check} tokens: {diff:.2e}"
         print(msg, flush=True)
     df = pd.concat(frames, ignore_index=True)
     df.round(4).to_csv(args.out / "cluster_length.csv", index=False)

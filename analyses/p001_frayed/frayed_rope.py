@@ -10,32 +10,29 @@ attention received by position (Fig. 5), median over heads. Writes ``figures/fra
 ``figures/frayed_rope_fig5_<model>.{html,png}`` and ``figures/frayed_rope_summary.csv`` (median per
 model, length and measurement; also Davies-Bouldin and key norms, ``EXTRA``).
 
-    python analyses/p001_frayed/frayed_rope.py [--models ...] [--lengths 512,1024,...] [--prompts 2] [--load smollm2-135m=DIR] [--quick]
+    python -m analyses.p001_frayed.frayed_rope [--models ...] [--lengths 512,1024,...] [--prompts 2] [--load smollm2-135m=DIR] [--quick]
 
 The committed table (``figures/provenance.json`` has the exact command): SmolLM2 from the saved sweep of
 ``interp sweep smollm2-135m --lengths 512,1024,2048,4096,8192,16384 --prompts 2 --beyond-context --cluster-points 1000
 --out out/sweep`` (2x its context; 500 + 500 points for the cluster scores, as this script's sweeps), Gemma-3 and
 Qwen2.5 swept by this script at ``--lengths 512,1024,2048,4096`` (inside their 32k contexts; CPU time):
 
-    python analyses/p001_frayed/frayed_rope.py --load smollm2-135m=out/sweep --lengths 512,1024,2048,4096
+    python -m analyses.p001_frayed.frayed_rope --load smollm2-135m=out/sweep --lengths 512,1024,2048,4096
 """
 
 from __future__ import annotations
-
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parser, save_figure  # noqa: E402
-from interp.measures import geometry  # noqa: E402
-from interp.experiments.sweep import SweepResult, sweep  # noqa: E402
+import interp
+from interp.experiments.sweep import SweepResult, sweep
+from interp.measures import geometry
+
+from analyses._common import parser, save_figure
+from analyses.p001_frayed._loop import model_runs
 
 PANELS = [("mean q-k cosine (Fig. 2)", ["cos_qk_pre", "cos_qk_rot"]), ("key stable rank (Fig. 4 right)", ["srank_k_pre", "srank_k_rot"]),
           ("key FSV after / before RoPE (Fig. 4 middle)", ["fsv_ratio_k"]), ("sink weight (Fig. 6 left)", ["sink_weight_norope", "sink_weight"]),
@@ -102,25 +99,22 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--load", nargs="*", default=[], help="MODEL=DIR: use a saved sweep instead of running one")
     args = ap.parse_args(argv)
     loads = dict(x.split("=", 1) for x in args.load)
-    models = ["tiny-llama"] if args.quick else [m for m in args.models if m in loads or interp.models.is_installed(m)]
     lengths = [64, 128] if args.quick else [int(x) for x in args.lengths.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     frames = []
-    for name in models:
-        t0 = time.perf_counter()
-        if name in loads:
+    for run in model_runs(args, args.prompts, max(lengths), saved=loads):
+        name = run.name
+        if run.model is None:
             res = SweepResult.load(loads[name])
         else:
-            model = interp.load_model(name, device="cpu")
-            p = interp.corpus.prompts(model, "random" if args.quick else "pydoc", args.prompts, max(lengths), beyond_context=True)
             cfg = interp.ScanConfig(geometry=True, cluster_points=100 if args.quick else 1000, counterfactual_queries=0)
-            res = sweep(model, p, lengths, cfg, beyond_context=True, progress=not args.quick)
+            res = sweep(run.model, run.prompts, lengths, cfg, beyond_context=True, progress=not args.quick)
         card = res.results[res.lengths[0]].card
         s = summary(res.table, name)
         frames.append(s)
         save_figure(length_figure(s, name, card.context_length), args.out, f"frayed_rope_{name}")
         save_figure(position_figure(res.results[res.lengths[-1]], name), args.out, f"frayed_rope_fig5_{name}")
-        print(f"{name}: lengths {res.lengths} in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"{name}: lengths {res.lengths} in {run.seconds():.0f} s", flush=True)
     df = pd.concat(frames, ignore_index=True)
     df.to_csv(args.out / "frayed_rope_summary.csv", index=False)
     return df

@@ -16,24 +16,21 @@ head table), plus ``boot_lo`` / ``boot_hi``: 95% percentile interval of the medi
 (with two prompts a crude interval: it spans the two prompts' own medians at most), and ``prompt_tokens`` (the
 length of the drawn prompts whose prefixes are used).
 
-    python analyses/p001_frayed/key_norm_length.py [--models smollm2-135m] [--lengths 512,...,16384] [--prompts 2] [--check 512] [--quick]
+    python -m analyses.p001_frayed.key_norm_length [--models smollm2-135m] [--lengths 512,...,16384] [--prompts 2] [--check 512] [--quick]
 """
 
 from __future__ import annotations
-
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import installed, parser  # noqa: E402
-from interp.models.taps import attention_taps  # noqa: E402
-from interp.measures.base import kv_index  # noqa: E402
+import interp
+from interp.measures.base import kv_index
+from interp.models.taps import attention_taps
+
+from analyses._common import parser
+from analyses.p001_frayed._loop import model_runs
 
 BOOT = 10000
 
@@ -97,22 +94,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.quick:
-        args.models, args.lengths, args.check = ["tiny-llama"], "64,128", 64
+        args.lengths, args.check = "64,128", 64
     lengths = [int(x) for x in args.lengths.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     frames = []
-    for name in installed(args.models):
-        t0 = time.perf_counter()
-        model = interp.load_model(name, device="cpu")
-        n_draw = max(args.prompt_tokens, max(lengths))
-        p = interp.corpus.prompts(model, "random" if args.quick else "pydoc", args.prompts, n_draw, beyond_context=True)
-        norms = np.stack([key_norms(model, t[: max(lengths)]) for t in p])
-        kv = kv_index(model.card).numpy()
-        df = table(name, norms, np.asarray(kv), lengths).assign(prompt_tokens=n_draw)
+    n_draw = max(args.prompt_tokens, max(lengths))
+    for run in model_runs(args, args.prompts, n_draw):
+        norms = np.stack([key_norms(run.model, t[: max(lengths)]) for t in run.prompts])
+        kv = kv_index(run.model.card).numpy()
+        df = table(run.name, norms, np.asarray(kv), lengths).assign(prompt_tokens=n_draw)
         frames.append(df)
-        msg = f"{name}: {len(p)} prompts x {max(lengths)} tokens in {time.perf_counter() - t0:.0f} s"
+        msg = f"{run.name}: {len(run.prompts)} prompts x {max(lengths)} tokens in {run.seconds():.0f} s"
         if args.check:
-            msg += f"; largest difference from a geometry scan at {args.check} tokens: {check(model, p, args.check, norms, np.asarray(kv)):.2e}"
+            diff = check(run.model, run.prompts, args.check, norms, np.asarray(kv))
+            msg += f"; largest difference from a geometry scan at {args.check} tokens: {diff:.2e}"
         print(msg, flush=True)
     df = pd.concat(frames, ignore_index=True)
     df.round(4).to_csv(args.out / "key_norm_length.csv", index=False)

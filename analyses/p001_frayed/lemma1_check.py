@@ -18,15 +18,13 @@ Writes into ``--out`` (default ``figures/``): ``lemma1_heads.csv`` (every head a
 ``lemma1_summary.csv`` (per model, layer type, q/k, n), ``lemma1_scatter.png/.html`` (measured vs Lemma 1 /
 Theorem 1) and ``lemma1_scatter_finite_n.png/.html`` (measured vs the rank-1 model at the measured n).
 
-    python analyses/p001_frayed/lemma1_check.py [--quick] [--lengths 256 512 1024 2048] [--prompts 1] [--models ...] [--out figures]
+    python -m analyses.p001_frayed.lemma1_check [--quick] [--lengths 256 512 1024 2048] [--prompts 1] [--models ...] [--out figures]
 """
 
 from __future__ import annotations
 
 import math
 import time
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,12 +34,11 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 import interp
+from interp.measures import spectrum
 from interp.models.arch import rope_specs
 from interp.rope.clouds import rank1_rotated_gram
-from interp.measures import spectrum
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import installed, one_thread, parser, save_figure  # noqa: E402
+from analyses._common import installed, one_thread, parser, save_figure
 
 LONG, HUGE = 32768, 2**30  # the rank-1 model also at a long context and near n -> inf (closed form, any n)
 

@@ -17,26 +17,23 @@ row per model and panel: stable ranks, cluster centres on the plane, prompt leng
 prompt goes beyond the context, one more row: the stable ranks of its first ``context`` post-RoPE positions, the
 longest in-distribution prefix of the same text, not drawn).
 
-    python analyses/p001_frayed/pca_snapshot.py [--quick] [--models ...] [--short 1024] [--long 8192] [--long-for smollm2-135m=16384] [--out figures]
+    python -m analyses.p001_frayed.pca_snapshot [--quick] [--models ...] [--short 1024] [--long 8192] [--long-for smollm2-135m=16384] [--out figures]
 """
 
 from __future__ import annotations
 
 import gc
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
 import interp
-from interp.report.geometry_figures import pca_snapshot_figure
 from interp.experiments.projection import group_points, pca_snapshot, stable_rank
+from interp.report.geometry_figures import pca_snapshot_figure
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import one_thread, parser, save_figure  # noqa: E402
+from analyses._common import one_thread, parser, save_figure
 
 
 def default_head(card) -> tuple[int, int]:

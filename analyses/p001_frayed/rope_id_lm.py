@@ -53,13 +53,12 @@ Writes ``rope_id_lm.csv`` (one row per ``pe, seed, eval_length``: ``pe, seed, tr
 nll_beyond, passkey_acc, passkey_symbol_acc``, the geometry columns, ``final_loss``, ``train_seconds``),
 ``rope_id_lm_summary.csv`` (mean, std and min / max over seeds) and ``rope_id_lm.{html,png}``.
 
-    python analyses/p001_frayed/rope_id_lm.py [--steps 600] [--seeds 3] [--workers 1] [--models-dir DIR] [--quick] [--out DIR]
+    python -m analyses.p001_frayed.rope_id_lm [--steps 600] [--seeds 3] [--workers 1] [--models-dir DIR] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -70,12 +69,12 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parser, save_figure  # noqa: E402
-from interp.lab import LabConfig, LabForCausalLM, TrainConfig, save_lab, train_model  # noqa: E402
-from interp.lab import text_lm  # noqa: E402
-from interp.experiments.sweep import sweep  # noqa: E402
+import interp
+from interp.experiments.sweep import sweep
+from interp.lab import LabConfig, LabForCausalLM, TrainConfig, save_lab, train_model
+from interp.lab import text_lm
+
+from analyses._common import parser, save_figure
 
 PES = ["rope", "partial", "rope-id", "rope-id+temp", "nope"]
 TRAINED = ["rope", "partial", "rope-id", "nope"]  # rope-id+temp = the rope-id weights with the temperature

@@ -20,15 +20,13 @@ Writes into ``--out`` (default ``figures/``): ``rope_variants_fig7_ones.csv``, `
 ``rope_variants_fig7_models.csv`` (every layer, kv head, variant, n), ``rope_variants_fig7_models_summary.csv``
 (mean over heads at the longest n), ``rope_variants_fig7_ones.png/.html``, ``rope_variants_fig7_models.png/.html``.
 
-    python analyses/p001_frayed/rope_variants_fig7.py [--quick] [--tokens 2048] [--n-max 16384] [--models ...] [--out figures]
+    python -m analyses.p001_frayed.rope_variants_fig7 [--quick] [--tokens 2048] [--n-max 16384] [--models ...] [--out figures]
 """
 
 from __future__ import annotations
 
 import math
 import time
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -38,15 +36,14 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 import interp
+from interp.measures import spectrum
 from interp.models.arch import rope_specs
 from interp.rope import RopeSpec, RopeVariant, default_inv_freq
+from interp.rope.clouds import cloud_ratios, ones_cloud_limit
 from interp.rope.variants import (PRope, PartialRope, PositionInterpolation, Rope2D, RopeID, ScaledRope, ShuffledRope, Yarn,
                                   newline_token_ids)
-from interp.rope.clouds import cloud_ratios, ones_cloud_limit
-from interp.measures import spectrum
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import installed, one_thread, parser, save_figure  # noqa: E402
+from analyses._common import installed, one_thread, parser, save_figure
 
 D = 128
 TRAIN = 4096  # Fig. 7's hypothetical training length

@@ -28,14 +28,13 @@ use, score``), ``dyck_layer_ablation.csv`` (its trained whole-layer rows with th
 with the layer mean-ablated minus without, and ``margin`` = accuracy minus the position-only rule's ``blind``) and
 ``dyck.{html,png}``. ``--replot`` redraws the figure and rewrites ``dyck_layer_ablation.csv`` from the CSVs in ``--out``.
 
-    python analyses/p002_dyck/dyck_depth.py [--steps 1000] [--pes learned rope nope] [--depths 8 4] [--pool 1000]
+    python -m analyses.p002_dyck.dyck_depth [--steps 1000] [--pes learned rope nope] [--depths 8 4] [--pool 1000]
         [--seeds 0 1 2] [--widths 2 8 32 128] [--jobs 2] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import sys
 import time
 from pathlib import Path
 
@@ -45,11 +44,11 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import one_thread, parser, save_figure  # noqa: E402
-from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, train_model  # noqa: E402
-from interp.lab import counting, dyck  # noqa: E402
-from interp.lab import dyck_closed_form as cf  # noqa: E402
+from interp.lab import LabConfig, LabForCausalLM, TrainConfig, lab_loaded, train_model
+from interp.lab import counting, dyck
+from interp.lab import dyck_closed_form as cf
+
+from analyses._common import one_thread, parser, save_figure
 
 N = 32
 VOCAB = cf.VOCAB  # <pad> <bos> <unk> ( )

@@ -19,13 +19,12 @@ Fig. 2 with App. F's axes, x = ``L_short - L_long`` (gain from all far tokens), 
 (gain from the 5 influential ones), grey: y = ``L_short - L_short,random``. Note smollm2 was trained on long
 contexts (like the paper's h_long, Fig. 7a), not at context 64 with PoSE (the paper's h_short, Fig. 2).
 
-    python analyses/p003_sparsity/leave_one_out.py [--examples 32] [--seed 0] [--device cpu] [--threads N] [--quick] [--out figures]
-    python analyses/p003_sparsity/leave_one_out.py --from-table figures/loo.csv   # only the summary (and figure) from a saved loo.csv
+    python -m analyses.p003_sparsity.leave_one_out [--examples 32] [--seed 0] [--device cpu] [--threads N] [--quick] [--out figures]
+    python -m analyses.p003_sparsity.leave_one_out --from-table figures/loo.csv   # only the summary (and figure) from a saved loo.csv
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -37,8 +36,7 @@ import torch
 import interp
 from interp.lab.influence import far_token_losses
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import parser, save_figure  # noqa: E402
+from analyses._common import parser, save_figure
 
 
 BOOT = 10000

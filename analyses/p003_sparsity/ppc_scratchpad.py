@@ -33,13 +33,12 @@ need far fewer, so the random training offsets spread over the ids a test can us
 (25% of the planes, GPT-NeoX's default ``rotary_pct``) like ``sparse_parity.py``. The trainings run in ``--workers``
 processes (default 2), one torch thread each.
 
-    python analyses/p003_sparsity/ppc_scratchpad.py [--quick] [--out DIR] [--seeds 0 1 2] [--tasks parity va] [--levels ..]
+    python -m analyses.p003_sparsity.ppc_scratchpad [--quick] [--out DIR] [--seeds 0 1 2] [--tasks parity va] [--levels ..]
         [--methods ppc absolute rope_pose] [--workers 2]
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -52,12 +51,12 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import one_thread, parser, save_figure  # noqa: E402
-from interp.lab import LabConfig, LabForCausalLM, TrainConfig, train_model  # noqa: E402
-from interp.lab import parity as sp  # noqa: E402
-from interp.lab import ppc  # noqa: E402
-from interp.lab import variable_assignment as va  # noqa: E402
+from interp.lab import LabConfig, LabForCausalLM, TrainConfig, train_model
+from interp.lab import parity as sp
+from interp.lab import ppc
+from interp.lab import variable_assignment as va
+
+from analyses._common import one_thread, parser, save_figure
 
 METHODS = {"parity": ("ppc", "absolute", "rope_pose"), "va": ("ppc", "absolute")}
 LEVELS = {"parity": (1, 2, 3, 4), "va": (2, 3, 4, 5)}  # jumps k / depths d

@@ -17,12 +17,11 @@ law, ``k ~ Unif[1..K_train]``). One training per seed, in ``--workers`` processe
 ``(k_train, seed)`` already in ``OUT/sparse_parity.csv`` are kept, so seeds and ``K_train`` can be run in pieces;
 ``sparse_parity_summary.csv`` has the mean, sample sd and number of seeds per ``(k_train, k_test, bin)``.
 
-    python analyses/p003_sparsity/sparse_parity.py [--quick] [--out DIR] [--seeds 0 1 2] [--k-train 4]
+    python -m analyses.p003_sparsity.sparse_parity [--quick] [--out DIR] [--seeds 0 1 2] [--k-train 4]
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -33,10 +32,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import one_thread, parser, replace_rows, save_figure  # noqa: E402
-from interp.lab import LabConfig, LabForCausalLM, TrainConfig, train_model  # noqa: E402
-from interp.lab import parity as sp  # noqa: E402
+from interp.lab import LabConfig, LabForCausalLM, TrainConfig, train_model
+from interp.lab import parity as sp
+
+from analyses._common import one_thread, parser, replace_rows, save_figure
 
 K_TRAIN = 4
 SP_TRAIN_ELL = (10, 25)  # 2l in [20, 50]

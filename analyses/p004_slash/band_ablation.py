@@ -22,9 +22,9 @@ then
 Each prompt is scanned on its own and the scans are merged (``interp.merge_results``: the sums add exactly),
 so the per-prompt scores the bootstrap needs come from the same run as the tables.
 
-    python analyses/p004_slash/band_ablation.py [--prompts 8] [--tokens 1024] [--no-causal] [--quick] [--out figures]
-    python analyses/p004_slash/band_ablation.py --causal-only [--models ...]   # only the causal tables, rows of these models replaced
-    python analyses/p004_slash/band_ablation.py --dose matched [--models ...]  # 004's share of each band (band_dose.csv), own tables
+    python -m analyses.p004_slash.band_ablation [--prompts 8] [--tokens 1024] [--no-causal] [--quick] [--out figures]
+    python -m analyses.p004_slash.band_ablation --causal-only [--models ...]   # only the causal tables, rows of these models replaced
+    python -m analyses.p004_slash.band_ablation --dose matched [--models ...]  # 004's share of each band (band_dose.csv), own tables
 
 ``--dose matched`` leaves ``matched_removed`` planes of each band unrotated (``figures/band_dose.csv``: the share of the
 band 004 removes, 6 of 21-22 planes) instead of six, so the 32-plane and 128-plane models get the paper's dose; it writes
@@ -32,13 +32,12 @@ band 004 removes, 6 of 21-22 planes) instead of six, so the 32-plane and 128-pla
 ``--dose matched --causal-only`` runs the causal NLL pass at that dose instead, into
 ``band_ablation_matched_causal.csv`` (+ ``_prompts``; the same columns as the six-plane causal tables, plus ``n_remove``).
 
-    python analyses/p004_slash/band_ablation.py --dose matched --causal-only [--models ...]
+    python -m analyses.p004_slash.band_ablation --dose matched --causal-only [--models ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -49,11 +48,10 @@ import torch
 
 import interp
 from interp.experiments.ablation import band_ablation_table, band_variants
-from interp.rope import band_ablation
 from interp.hooks.intervene import mean_nll, rope_intervention
+from interp.rope import band_ablation
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import FIGURES, MODELS, installed, parser, save_figure  # noqa: E402
+from analyses._common import FIGURES, MODELS, installed, parser, save_figure
 
 BANDS = ["wo_high", "wo_medium", "wo_low"]
 BOOT = 10000  # bootstrap resamples (percentile intervals, numpy seed 0)
@@ -135,7 +133,7 @@ def matched_variants(name: str, n_freq: int, dose: pd.DataFrame) -> tuple:
     ``figures/band_dose.csv`` (the paper's share of the band), evenly spaced as ``interp.rope.band_planes`` picks them."""
     rows = dose[dose["model"] == name].set_index("band")
     if rows.empty or int(rows["n_planes"].iloc[0]) != n_freq:
-        raise SystemExit(f"{name}: no matched dose for {n_freq} planes in band_dose.csv; run python analyses/p004_slash/band_dose.py")
+        raise SystemExit(f"{name}: no matched dose for {n_freq} planes in band_dose.csv; run python -m analyses.p004_slash.band_dose")
     return tuple(band_ablation(n_freq, b.removeprefix("wo_"), int(rows.at[b.removeprefix("wo_"), "matched_removed"])) for b in BANDS)
 
 

@@ -14,20 +14,16 @@ the paper, from 004 Sec. 5's 64. No model is loaded.
 Writes ``band_dose.csv``: ``model, n_planes, band, band_planes, removed, share_of_band, share_of_all,
 matched_removed, matched_share_of_band``.
 
-    python analyses/p004_slash/band_dose.py [--out DIR] [--quick]
+    python -m analyses.p004_slash.band_dose [--out DIR] [--quick]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pandas as pd
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import FIGURES, parser  # noqa: E402
+from interp.rope import BANDS, band_planes
 
-from interp.rope import BANDS, band_planes  # noqa: E402
+from analyses._common import FIGURES, parser
 
 PAPER = ("004 (Llama3-8B, Qwen2.5-7B, Gemma-7B)", 64)
 N_REMOVE = 6

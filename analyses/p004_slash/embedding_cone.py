@@ -13,23 +13,20 @@ Writes into ``--out`` (default ``figures/``): ``embedding_cone_<model>.csv`` (on
 ``embedding_cone_summary.csv`` (per model: means over all layer-0 heads and over its SDHs) and
 ``embedding_cone_fig12_13.{html,png}`` (means over the layer-0 SDHs where a model has any, else over all heads).
 
-    python analyses/p004_slash/embedding_cone.py [--quick] [--models ...] [--prompts 2] [--tokens 1024] [--out figures]
+    python -m analyses.p004_slash.embedding_cone [--quick] [--models ...] [--prompts 2] [--tokens 1024] [--out figures]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 
 import interp
-from interp.report.geometry_figures import embedding_cone_figure
 from interp.experiments.embedding_cone import embedding_cone_table
+from interp.report.geometry_figures import embedding_cone_figure
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import one_thread, parser, save_figure  # noqa: E402
+from analyses._common import one_thread, parser, save_figure
 
 SUMMARY_COLS = ["r1_h", "R95_h", "r1_wq", "R95_wq", "r1_wk", "R95_wk", "r1_q", "R95_q", "r1_k", "R95_k", "r1_q_pre", "r1_k_pre",
                 "r1_tilde_q", "R95_tilde_q", "r1_tilde_k", "R95_tilde_k", "rv_q", "rv_k", "rv_rand", "rv_rand_median",

@@ -20,14 +20,12 @@ then
   and rule the median over SDHs of the spike, of the deviation and of their ratio dev / spike (the pulse is the
   flat-floor pulse of Assumption 4.1 when the ratio is well below 1), the SDH set fixed to the full sample's.
 
-    python analyses/p004_slash/inp_pulse.py [--prompts 8] [--tokens 1024] [--boot 1000] [--quick] [--out figures]
+    python -m analyses.p004_slash.inp_pulse [--prompts 8] [--tokens 1024] [--boot 1000] [--quick] [--out figures]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,13 +34,12 @@ import torch
 from plotly.subplots import make_subplots
 
 import interp
-from interp.measures.inp import layer_inv_freq
 from interp.measures import inp as freq
+from interp.measures.inp import layer_inv_freq
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-from _common import installed, parser, save_figure  # noqa: E402
-from band_ablation import boot_index, interval  # noqa: E402
-from sdh_count_bootstrap import per_prompt_scans  # noqa: E402
+from analyses._common import installed, parser, save_figure
+from analyses.p004_slash.band_ablation import boot_index, interval
+from analyses.p004_slash.sdh_count_bootstrap import per_prompt_scans
 
 X_MAX = 64
 

@@ -33,7 +33,7 @@ same way, and for every long-range SDH of the text run (the default rule, at its
   median ratio, with 95% bootstrap intervals over prompts (text and random prompts resampled independently, the heads
   and lags fixed), and the random prompts' own long-range SDH count under the default rule.
 
-    python analyses/p004_slash/long_range_slash.py [--models smollm2-135m] [--prompts 3] [--tokens 6000] [--ood] [--quick] [--out DIR]
+    python -m analyses.p004_slash.long_range_slash [--models smollm2-135m] [--prompts 3] [--tokens 6000] [--ood] [--quick] [--out DIR]
 
 ``--quick``: tiny-llama (context 512), 3 random-token prompts of 512 tokens with the long window moved to lags
 200..400 and 100 entries per prompt (``QUICK_LONG``), checks at two lags there; it tests the plumbing, no claim.
@@ -41,20 +41,18 @@ same way, and for every long-range SDH of the text run (the default rule, at its
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parser, write_rows  # noqa: E402
-from band_ablation import boot_index, interval  # noqa: E402
-from interp.measures.slash import consistent_lags, consistent_long_columns, long_lag_range  # noqa: E402
-from interp.report.tables import content_repeats, long_lag_table  # noqa: E402
+import interp
+from interp.measures.slash import consistent_lags, consistent_long_columns, long_lag_range
+from interp.report.tables import content_repeats, long_lag_table
+
+from analyses._common import parser, write_rows
+from analyses.p004_slash.band_ablation import boot_index, interval
 
 # (layer, head, lag): L7H7 at 1231 passed the fraction rule alone (prompt 2 alone scores ~0.02 at 1230);
 # L18H7 led the mean-only ranking at 1229, a passage that repeats in prompt 2 only (docs/results/smollm2.md)

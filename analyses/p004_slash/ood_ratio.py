@@ -24,23 +24,21 @@ Writes ``ood_ratio.csv`` (``model, layer, head, delta, slash_id, slash_ood, rati
 same shares of 004 Table 3's rows, ``source = 004 Table 3``), ``ood_ratio_paper004.csv`` (004 Table 3 as
 printed: model, delta, head, in-distribution and OOD score) and ``ood_ratio.{html,png}``.
 
-    python analyses/p004_slash/ood_ratio.py [--models ...] [--prompts 8] [--tokens 1024] [--boot 2000] [--seed 0] [--quick] [--out DIR]
+    python -m analyses.p004_slash.ood_ratio [--models ...] [--prompts 8] [--tokens 1024] [--boot 2000] [--seed 0] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parser, save_figure  # noqa: E402
+import interp
+
+from analyses._common import parser, save_figure
 
 SHORT_LAGS = range(5)
 KAPPA = 0.1

@@ -31,24 +31,22 @@ the groups stay those of the full sample), and ``diff_active_high`` (SDHs minus 
 ``sdh_count`` is the count quoted from ``compare_zoo_summary.csv`` and the SDH rows of ``inp_planes_heads.csv`` are
 those of ``pulse_check.csv``).
 
-    python analyses/p004_slash/sdh_count_bootstrap.py [--models ...] [--prompts 8] [--tokens 1024] [--boot 10000] [--quick] [--out DIR]
+    python -m analyses.p004_slash.sdh_count_bootstrap [--models ...] [--prompts 8] [--tokens 1024] [--boot 10000] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parser  # noqa: E402
-from band_ablation import boot_index, interval  # noqa: E402
-from interp.measures import inp as freq  # noqa: E402
+import interp
+from interp.measures import inp as freq
+
+from analyses._common import parser
+from analyses.p004_slash.band_ablation import boot_index, interval
 
 LAGS = 5  # short lags 0..4
 KAPPA = 0.1

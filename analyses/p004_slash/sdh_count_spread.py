@@ -12,22 +12,20 @@ pairs_hi, sdh_sure, heads_straddling, boot, seconds`` (one row per model and pro
 each model is in ``sdh_count_bootstrap.csv``). Rows of other models and prompt sets already in the table are kept, so
 the grid can run in pieces.
 
-    python analyses/p004_slash/sdh_count_spread.py [--models ...] [--sets stdlib:1024 pydoc:2048] [--prompts 8] [--boot 10000] [--quick] [--out DIR]
+    python -m analyses.p004_slash.sdh_count_spread [--models ...] [--sets stdlib:1024 pydoc:2048] [--prompts 8] [--boot 10000] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parse_set, parser, write_rows  # noqa: E402
-from band_ablation import boot_index  # noqa: E402
-from sdh_count_bootstrap import KAPPA, count_table, per_prompt_scans  # noqa: E402
+import interp
+
+from analyses._common import parse_set, parser, write_rows
+from analyses.p004_slash.band_ablation import boot_index
+from analyses.p004_slash.sdh_count_bootstrap import KAPPA, count_table, per_prompt_scans
 
 COLUMNS = ["model", "corpus", "prompts", "tokens", "heads", "sdh_count", "sdh_lo", "sdh_hi", "pairs", "pairs_lo", "pairs_hi",
            "sdh_sure", "heads_straddling", "boot", "seconds"]

@@ -23,26 +23,24 @@ Writes ``sdh_rank_one.csv``, one row per model and statistic: ``model, prompts, 
 
 8 pydoc prompts x 1024 tokens per model by default (the prompts of ``compare_zoo.py`` and ``sdh_count_bootstrap.py``).
 
-    python analyses/p004_slash/sdh_rank_one.py [--models ...] [--prompts 8] [--tokens 1024] [--boot 2000] [--quick] [--out DIR]
+    python -m analyses.p004_slash.sdh_rank_one [--models ...] [--prompts 8] [--tokens 1024] [--boot 2000] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # siblings; analyses/_common.py
-import interp  # noqa: E402
-from _common import parser, write_rows  # noqa: E402
-from band_ablation import boot_index, interval  # noqa: E402
-from interp.measures.base import kv_index  # noqa: E402
-from interp.measures.spectrum import spectrum_metrics  # noqa: E402
-from sdh_count_bootstrap import KAPPA, LAGS, weights  # noqa: E402
+import interp
+from interp.measures.base import kv_index
+from interp.measures.spectrum import spectrum_metrics
+
+from analyses._common import parser, write_rows
+from analyses.p004_slash.band_ablation import boot_index, interval
+from analyses.p004_slash.sdh_count_bootstrap import KAPPA, LAGS, weights
 
 CUT = 0.9  # 004 Sec. 3.2: "r1 above 0.9"
 CHUNK = 16  # replicates per pooled Gram batch (memory: CHUNK x layer x head x d_head^2 float64)

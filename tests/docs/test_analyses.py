@@ -17,9 +17,12 @@ def test_the_index_is_current_and_every_script_has_a_table():
 
 def test_every_script_sits_in_a_group_and_is_indexed():
     scripts = {s.path for s in analyses.collect(ROOT)}
-    on_disk = {p.relative_to(ROOT).as_posix() for p in (ROOT / "analyses").glob("*/*.py")}
+    on_disk = {p.relative_to(ROOT).as_posix() for p in (ROOT / "analyses").glob("*/*.py") if not p.name.startswith("_")}
     assert scripts == on_disk and on_disk
     assert {Path(p).parent.name for p in on_disk} <= set(analyses.GROUPS)
+    # a package: every group folder has its __init__.py, so each script runs as python -m analyses.GROUP.SCRIPT
+    assert (ROOT / "analyses" / "__init__.py").is_file()
+    assert all((ROOT / "analyses" / g / "__init__.py").is_file() for g in {Path(p).parent.name for p in on_disk})
 
 
 def test_figure_stems_from_save_figure_calls():
