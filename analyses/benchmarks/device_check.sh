@@ -15,10 +15,13 @@
 #   effects    issue 32 on a GPU: analyses/benchmarks/effects_cost.py at SmolLM2's published config with random weights,
 #              8 x 512 tokens, every head x zero / mean / streaming against one scan and the naive loop (30 heads);
 #   frayed     claims 001c / 001d / 001e / 001i (issue 45): analyses/p001_frayed/frayed_bootstrap.py on SmolLM2
-#              (context 8192) at 1k / 4k / 8k / 16k / 32k / 64k tokens, 16 prompts each swept alone, with bootstrap
+#              (context 8192) at 1k / 4k / 8k / 16k / 32k / 64k tokens, 16 stdlib prompts each swept alone (pydoc is too short), with bootstrap
 #              intervals over prompts of the change from 1k of the key stable ranks, FSV ratio, silhouette, sink weight
 #              with and without RoPE and max q.k, within and beyond the context (001 Figs. 4, 6, 11; Fig. 6 at 4-8x);
 #              needs the SmolLM2 zoo file (make venv); sized for one call of at most 8 minutes (not yet timed);
+#   sink       claims 001d / 001e at 4-8x the context: analyses/p001_frayed/sink_beyond.py on SmolLM2, 16 stdlib
+#              prompts captured once at 65536 tokens, the sink weight with and without RoPE and max q.k of every prefix
+#              length 1k-64k (the CPU run stopped at 16k, 2x; not yet timed on a GPU);
 #   loo        claim 003e: analyses/p003_sparsity/leave_one_out.py with 500 windows (the paper's sample size) on the GPU.
 # Each step prints its own lines; the tables land in $OUT (default figures/). The scan and effects steps need no zoo
 # file (random weights). Provenance names the session's starting commit: check it against the tree that ran (the
@@ -40,9 +43,11 @@ for step in "${@:-tests scan}"; do
       effects) timeout 300 python -m analyses.benchmarks.effects_cost --model smollm2-135m --random-weights --device cuda \
                  --prompts 8 --tokens 512 --naive-heads 30 --out "$OUT" ;;
       frayed) timeout 480 python -m analyses.p001_frayed.frayed_bootstrap --models smollm2-135m --device cuda \
-                --lengths 1024,4096,8192,16384,32768,65536 --prompts 16 --out "$OUT" ;;
+                --lengths 1024,4096,8192,16384,32768,65536 --prompts 16 --corpus stdlib --out "$OUT" ;;
+      sink) timeout 480 python -m analyses.p001_frayed.sink_beyond --models smollm2-135m --device cuda \
+              --lengths 1024,2048,4096,8192,16384,32768,65536 --prompts 16 --out "$OUT" ;;
       loo) timeout 540 python -m analyses.p003_sparsity.leave_one_out --examples 500 --device cuda --out "$OUT" ;;
-      *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction, effects, frayed or loo" >&2; exit 2 ;;
+      *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction, effects, frayed, sink or loo" >&2; exit 2 ;;
     esac
   done
 done

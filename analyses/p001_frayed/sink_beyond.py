@@ -81,8 +81,8 @@ def prefix_means(model, cap, lengths: list[int], rows: int, seed: int = 0) -> di
             scale, window = card.attn_scale[layer], card.sliding_window[layer]
             for name, q, k in (("", cap.q_rot[layer], cap.k_rot[layer]), ("_pre", cap.q_pre[layer], cap.k_pre[layer])):
                 q, k = q[:n], k[:n]
-                a0 = key_weight_rows(q, k, pos, scale, window, card.softcap, key=0).double()  # [head, row]
-                mq = max_qk(q, k, window, queries=pos).double()
+                a0 = key_weight_rows(q, k, pos, scale, window, card.softcap, key=0).double().cpu()  # [head, row]
+                mq = max_qk(q, k, window, queries=pos).double().cpu()
                 out[n]["sink_weight" + ("_norope" if name else "")][layer] = (a0 * w).sum(-1).numpy()
                 out[n]["max_qk" + (name or "_rot")][layer] = (mq * w).sum(-1).numpy()
     return out
