@@ -12,8 +12,9 @@ from rich.markup import escape
 
 from interp.cli.common import (
     BLOCK_SIZE, DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_before_load, check_paths, console, fail,
-    float_list, int_list, show_table,
+    float_list, int_list, plural, show_table,
 )
+from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, scan_units, stop
 from interp.errors import ConfigError, InterpError
 
 
@@ -46,6 +47,8 @@ def atlas(
     effects_tokens: int = typer.Option(256, min=2, help="--effects: each prompt cut to its first N tokens"),
     effects_from: Optional[Path] = typer.Option(None, "--effects-from", help="join an effects.csv already measured (interp "
                                                 "effects) instead of running --effects"),
+    resume: bool = RESUME,
+    force: bool = FORCE,
 ) -> None:
     """Head atlas: what every head does. Runs a text pass and a repeated-random pass of the same size (and with --retrieval
     the needle-in-a-haystack pass) and labels every head: SDH, sink, previous-token, duplicate-token, induction, echo,
@@ -56,6 +59,10 @@ def atlas(
     atlas_ablation.csv (--ablate), atlas.html, and the text pass's heads.csv, report.html and state/. With --effects (or
     --effects-from) atlas.csv also holds each head's causal effect (dnll_<intervention>, its interval, kl_<intervention>):
     where the head looks and what removing it costs, side by side on the grid's hover.
+
+    Each finished unit goes into OUT/units as the run goes (a prompt of the text or repeated-random pass, a retrieval
+    trial, an effects layer): --resume continues an interrupted run; Ctrl-C / SIGTERM write the text pass's finished
+    prompts (heads.csv, report.html, state/, marked partial; no atlas.csv) and exit 130 / 143.
     """
     t_start = time.perf_counter()
     ret_cfg = None
@@ -71,6 +78,17 @@ def atlas(
     check_paths(out, writes="atlas.csv, atlas.html, heads.csv, report.html, state/", model=model)
     check_before_load(model, device=device, dtype=dtype, engine=engine, corpus=corpus, atlas_passes=True, prompts=prompts, tokens=tokens,
                       repeats=repeats, lengths=ret_cfg.lengths if ret_cfg is not None else ())
+    settings = {"model": model, "corpus": corpus, "prompts": prompts, "tokens": tokens, "seed": seed, "repeats": repeats,
+                "ablate": ablate, "n_remove": n_remove, "inp": inp, "retrieval": retrieval,
+                "lengths": list(ret_cfg.lengths) if ret_cfg is not None else None,
+                "depths": list(ret_cfg.depths) if ret_cfg is not None else None, "block_size": block_size,
+                "device": device, "dtype": dtype, "engine": engine, "support": support, "effects": effects,
+                "effects_prompts": effects_prompts, "effects_tokens": effects_tokens}
+    run = RunDir(out, "atlas", settings, resume)
+    try:
+        run.check(force)
+    except InterpError as err:
+        fail(err)
 
     from interp.engine import ScanConfig
     from interp.experiments.atlas import ROLES, AtlasConfig, run_atlas
@@ -83,7 +101,24 @@ def atlas(
                           support=support, effects=eff_cfg, effects_prompts=effects_prompts, effects_tokens=effects_tokens)
         with console.status(f"loading {model}"):
             m = load_model(model, device=device, dtype=dtype)
-        res = run_atlas(m, cfg, progress=True, engine=engine, log=lambda s: console.print(escape(s), soft_wrap=True))
+        n_units = 2 * prompts + (len(ret_cfg.lengths) * len(ret_cfg.depths) * ret_cfg.needles if ret_cfg is not None else 0) \
+            + (m.card.n_layers if eff_cfg is not None else 0)
+        run.begin(model_identity(m.card), n_units)
+        passes: dict = {}
+
+        def scan_pass(name, prompts_, cfg_, meta):  # one unit per prompt; a stop ends the atlas after the last unit
+            res_, stopped = scan_units(run, m, list(prompts_), range(len(prompts_)), cfg_, meta, engine, name)
+            passes[name] = (res_, len(prompts_))
+            if stopped is not None:
+                raise stopped
+            return res_
+
+        try:
+            with interruptible():
+                res = run_atlas(m, cfg, progress=True, engine=engine, log=lambda s: console.print(escape(s), soft_wrap=True),
+                                scan_pass=scan_pass, store=run.units_dir)
+        except Interrupted as err:
+            _partial_atlas(err, passes, run, out, m.tokenizer, n_units)
     except InterpError as err:
         fail(err)
     if eff_cols is not None:
@@ -99,6 +134,22 @@ def atlas(
     secs = ", ".join(f"{k.replace('_', '-')} {v:.1f} s" for k, v in res.seconds.items())
     console.print(f"{escape(m.card.name)}: {len(t)} heads; roles: {counts}. Passes: {secs}; total "
                   f"{time.perf_counter() - t_start:.1f} s wall; wrote {out}/atlas.csv and {out}/atlas.html", soft_wrap=True)
+    run.finish()
+
+
+def _partial_atlas(err: Interrupted, passes: dict, run: RunDir, out: Path, tokenizer, n_units: int) -> None:
+    """After a stop: the text pass's finished prompts written as a scan (``heads.csv``, ``report.html``, ``state/``),
+    marked partial (no ``atlas.csv``: its roles need every pass), then the partial line and exit 130 / 143."""
+    from interp.report.bundle import write_outputs
+
+    text, n = passes.get("text", (None, 0))
+    if text is not None:
+        text.meta["partial"] = (f"atlas stopped: text pass {text.meta['prompts']} of {n} prompts" +
+                                ("" if text.meta["prompts"] < n else "; the later passes not finished, no atlas.csv"))
+        write_outputs(text, out, tokenizer=tokenizer)
+        console.print(f"wrote the text pass's {plural(text.meta['prompts'], 'finished prompt')} to {out}/heads.csv and "
+                      f"{out}/report.html (marked partial; no atlas.csv)", soft_wrap=True)
+    stop(err, len(run.finished()), n_units, "units", out)
 
 
 def _effects_options(effects: Optional[str], n_prompts: int, n_tokens: int, effects_from: Optional[Path], prompts: int,

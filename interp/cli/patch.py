@@ -121,7 +121,7 @@ def patch(
     check_before_load(model, device=device, dtype=dtype, executor=executor, heads=(cfg.heads or ()) + (senders or ()))
     check_paths(out, writes="patch.csv, patch.json, patch.html", files={"--pairs": pairs, "--atlas": atlas, "--effects": effects},
                 model=model)
-    settings = {"model": model, "pairs": str(pairs) if pairs is not None else None, "pairs_sha256": file_sha256(pairs),
+    settings = {"model": model, "pairs": f"{pairs} (sha256 {file_sha256(pairs)[:16]})" if pairs is not None else None,
                 "task": task, "n_pairs": n_pairs, "seed": seed, "heads": heads, "direction": direction,
                 "positions": positions, "method": method, "paths": paths, "metric": metric, "bootstrap": bootstrap,
                 "max_batch_gb": max_batch_gb, "device": device, "dtype": dtype}

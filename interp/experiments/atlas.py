@@ -440,7 +440,7 @@ def check_text_corpus(corpus: str) -> None:
 
 def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False, engine: str = "auto",
               log: Callable[[str], None] = lambda s: None, retrieval_heads: pd.DataFrame | None = None,
-              text_prompts: torch.Tensor | None = None) -> AtlasResult:
+              text_prompts: torch.Tensor | None = None, scan_pass: Callable | None = None, store=None) -> AtlasResult:
     """Run the atlas's passes on ``model`` (``interp.models.LoadedModel``) and build its table.
 
     ``retrieval_heads``: retrieval scores already measured (``layer, head, retrieval_score``, e.g. a committed
@@ -449,6 +449,13 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
     ``text_prompts``: ``[prompt, pos]`` int64 token ids for the text pass instead of ``cfg.corpus`` (a lab model whose
     vocabulary is not text, e.g. a copier on its own task's inputs); ``cfg.prompts`` / ``cfg.tokens`` then size only the
     repeated-random pass.
+
+    ``scan_pass``: ``scan_pass(name, prompts, config, meta) -> ScanResult`` runs the ``"text"`` and ``"rr"``
+    (repeated-random) passes instead of one scan each (``interp atlas`` passes one that keeps each prompt as a unit
+    of the run, ``interp.cli.longrun.scan_units``, saved as ``text-IIIII/`` / ``rr-IIIII/`` in ``store``; with
+    ``support`` the per-prompt states ``role_support`` needs are read back from there). ``store``: a folder where the
+    retrieval pass keeps its trials and the effects pass its layers (``run_retrieval`` / ``head_effects``), read back
+    on a rerun.
 
     Returns:
         AtlasResult (its ``table`` is what ``interp atlas`` writes as ``atlas.csv``).
@@ -479,13 +486,14 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
     else:
         text_p, source = text_prompts, "given"
     log(f"text pass: {text_p.shape[0]} x {text_p.shape[1]} {source} tokens")
-    text, text_parts = _scan_pass(model, text_p, text_cfg, {"corpus": source, "seed": cfg.seed}, cfg.support, progress, engine)
+    text, text_parts = _scan_pass(model, text_p, text_cfg, {"corpus": source, "seed": cfg.seed}, cfg.support, progress, engine,
+                                  scan_pass, "text", store)
     seconds["text"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     rr_p = corpus_mod.prompts(model, "repeated-random", cfg.prompts, cfg.tokens, cfg.seed, repeats=cfg.repeats)
     log(f"repeated-random pass: {cfg.prompts} x {cfg.tokens} tokens, {cfg.repeats} copies")
     rr, rr_parts = _scan_pass(model, rr_p, rr_cfg, {"corpus": "repeated-random", "seed": cfg.seed, "repeats": cfg.repeats},
-                              cfg.support, progress, engine)
+                              cfg.support, progress, engine, scan_pass, "rr", store)
     seconds["repeated_random"] = time.perf_counter() - t0
     ret = None
     if cfg.retrieval is not None:
@@ -493,7 +501,7 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
 
         t0 = time.perf_counter()
         log("retrieval pass: needle-in-a-haystack decoding")
-        ret = run_retrieval(model, cfg.retrieval, progress=progress, log=log)
+        ret = run_retrieval(model, cfg.retrieval, progress=progress, log=log, store=store)
         seconds["retrieval"] = time.perf_counter() - t0
     shares = shares_of(attainable(list(text_p)), attainable(list(rr_p)), chance(list(text_p)), chance(list(rr_p)))
     joined = ret.heads if ret is not None else retrieval_heads
@@ -506,12 +514,12 @@ def run_atlas(model, cfg: AtlasConfig = AtlasConfig(), *, progress: bool = False
         seconds["support"] = time.perf_counter() - t0
     eff = None
     if cfg.effects is not None:
-        from interp.experiments.effects import head_effects
+        from interp.experiments.effects import LayerStore, head_effects
 
         t0 = time.perf_counter()
         p = text_p[:cfg.effects_prompts, :cfg.effects_tokens]
         log(f"effects: every head x {', '.join(cfg.effects.interventions)} on {p.shape[0]} x {p.shape[1]} text tokens")
-        eff = head_effects(model, p, cfg.effects, progress=progress)
+        eff = head_effects(model, p, cfg.effects, progress=progress, store=LayerStore(store) if store is not None else None)
         table = table.merge(effect_columns(eff.table), on=["layer", "head"], how="left")
         seconds["effects"] = time.perf_counter() - t0
     return AtlasResult(table, text, rr, ret, shares, seconds, cfg, eff)
@@ -540,9 +548,17 @@ def effect_columns(effects: pd.DataFrame) -> pd.DataFrame:
     return wide[[name(v, k) for k in dict.fromkeys(effects["intervention"]) for v in values]].reset_index()
 
 
-def _scan_pass(model, prompts, cfg: ScanConfig, meta: dict, support: int, progress: bool,
-               engine: str) -> tuple[ScanResult, list[ScanResult] | None]:
-    """One pass: a single scan, or with ``support`` one scan per prompt (for ``role_support``) and their merge."""
+def _scan_pass(model, prompts, cfg: ScanConfig, meta: dict, support: int, progress: bool, engine: str,
+               scan_pass: Callable | None = None, name: str = "text", store=None) -> tuple[ScanResult, list[ScanResult] | None]:
+    """One pass: a single scan, or with ``support`` one scan per prompt (for ``role_support``) and their merge;
+    ``scan_pass`` (``run_atlas``) scans it instead, its per-prompt units read back from ``store`` for ``support``."""
+    if scan_pass is not None:
+        merged = scan_pass(name, prompts, cfg, meta)
+        if not support:
+            return merged, None
+        from pathlib import Path
+
+        return merged, [ScanResult.load(Path(store) / f"{name}-{i:05d}") for i in range(len(prompts))]
     if not support:
         return scan(model, prompts, cfg, progress=progress, meta=meta, engine=engine), None
     parts = [scan(model, prompts[i:i + 1], cfg, meta=meta, prompt_ids=[i], engine=engine) for i in range(len(prompts))]

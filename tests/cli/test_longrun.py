@@ -396,3 +396,46 @@ def test_ablate_cut_during_the_causal_ablation_keeps_the_scan(tmp_path, monkeypa
     assert (out / "band_ablation.csv").exists() and not (out / "causal_ablation.csv").exists()
     res = runner.invoke(app, args + ["--out", str(out), "--resume"])
     assert res.exit_code == 0 and (out / "causal_ablation.csv").exists(), res.output
+
+
+ATLAS = ["atlas", "tiny-llama", "--prompts", "2", "--tokens", "40", "--block-size", "8", "--engine", "python", "--support",
+         "5", "--effects", "zero", "--effects-prompts", "1", "--effects-tokens", "16"]
+
+
+def test_atlas_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
+    import interp.engine
+    import interp.models
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    res = runner.invoke(app, ATLAS + ["--out", str(full)])
+    assert res.exit_code == 0, res.output
+    with monkeypatch.context() as mp:  # Ctrl-C in the repeated-random pass's first prompt
+        _fail_at(mp, interp.engine, "scan", 2, Interrupted(signal.SIGINT))
+        res = runner.invoke(app, ATLAS + ["--out", str(part)])
+    assert res.exit_code == 130, res.output
+    assert "partial: 2 of " in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert not (part / "atlas.csv").exists() and "Partial run: atlas stopped" in (part / "report.html").read_text()
+    pd.testing.assert_frame_equal(pd.read_csv(full / "heads.csv"), pd.read_csv(part / "heads.csv"), check_exact=True)
+    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
+        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
+        res = runner.invoke(app, ATLAS + ["--out", str(part)])
+    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
+    with monkeypatch.context() as mp:  # resumed: only the repeated-random prompts are scanned
+        _fail_at(mp, interp.engine, "scan", 2, AssertionError("the text pass is read back"))
+        res = runner.invoke(app, ATLAS + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "atlas.csv"), pd.read_csv(part / "atlas.csv"), check_exact=True)
+    assert "Partial run" not in (part / "report.html").read_text()
+    assert json.loads((part / "run.json").read_text())["complete"] is True
+
+
+def test_patch_resume_refuses_a_changed_pairs_file(tmp_path, monkeypatch):
+    import interp.experiments.patching as pt
+
+    args, out = _patch_args(tmp_path), tmp_path / "o"
+    with monkeypatch.context() as mp:
+        _fail_at(mp, pt, "start_at", 1, Interrupted(signal.SIGINT))
+        assert runner.invoke(app, args + ["--out", str(out)]).exit_code == 130
+    _patch_args(tmp_path, PAIRS[:2])  # the same file name, other pairs
+    res = runner.invoke(app, args + ["--out", str(out), "--resume"])
+    assert res.exit_code == 2 and "--pairs is" in res.output and "(sha256 " in res.output, res.output
