@@ -33,4 +33,21 @@ def test_every_left_out_path_exists():
 def test_the_readme_names_both_test_commands():
     readme = (ROOT / "README.md").read_text()
     assert "make test " in readme and "make test-quick" in readme
-    assert "test-quick:" in (ROOT / "Makefile").read_text() and "\ntest: venv\n\t$(BIN)/python -m pytest -q\n" in (ROOT / "Makefile").read_text()
+    make = (ROOT / "Makefile").read_text()
+    assert "test-quick:" in make and "\ntest: venv\n\t$(BIN)/python -m pytest -q\n" in make
+    assert "\ntest-parallel: venv" in make and "TEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile" in make
+
+
+def test_parallel_scopes_keep_files_whole_and_ray_on_one_worker():
+    """make test-parallel: a test file stays on one worker; every file that starts a Ray cluster (``ray`` imported at
+    module level) shares the scope "ray", so two clusters never run at once."""
+    from tests.conftest import xdist_scope
+
+    assert xdist_scope("tests/engine/test_executor.py") == xdist_scope("tests/experiments/test_sharded.py") == "ray"
+    assert xdist_scope("tests/engine/test_scan.py") == "tests/engine/test_scan.py"
+    assert xdist_scope("tests/missing.py") == "tests/missing.py"
+    ray_files = {p.relative_to(ROOT).as_posix() for p in ROOT.glob("tests/**/test_*.py") if xdist_scope(p.relative_to(ROOT).as_posix()) == "ray"}
+    assert ray_files >= {"tests/engine/test_executor.py", "tests/experiments/test_sharded.py"}
+    for path in ROOT.glob("tests/**/test_*.py"):  # a test that calls ray.init lives in a "ray" file
+        if re.search(r"^\s+ray\.init\(", path.read_text(), re.M):
+            assert path.relative_to(ROOT).as_posix() in ray_files, path

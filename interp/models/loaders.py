@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -113,11 +114,35 @@ def _load_gguf(name: str, dtype: torch.dtype) -> LoadedModel:
     return LoadedModel(hf, tok, card, src.hub_id)
 
 
+@contextlib.contextmanager
+def _exclusive(lock: Path):
+    """Hold an exclusive lock on the file ``lock`` (``flock``; a no-op where ``fcntl`` is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _convert_gguf(path: Path, src: GGUFSource, converted: Path) -> None:
-    """Dequantize a GGUF file once and save it as a plain HF folder (atomically: temp folder + rename)."""
+    """Dequantize a GGUF file once and save it as a plain HF folder (atomically: temp folder + rename). Processes that
+    convert the same model at once (parallel test workers) take turns at a lock file beside the folder: the first
+    converts, the others find its folder; none removes a folder another is reading."""
+    converted.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(converted.parent / f"{converted.name}.lock"):
+        if not (converted / "config.json").exists():
+            _convert_gguf_unlocked(path, src, converted)
+
+
+def _convert_gguf_unlocked(path: Path, src: GGUFSource, converted: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    converted.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=converted.name + "."))
     try:
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
@@ -129,9 +154,8 @@ def _convert_gguf(path: Path, src: GGUFSource, converted: Path) -> None:
             del hf.config.quantization_config
         hf.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        if not (converted / "config.json").exists():  # another process may have finished first
-            shutil.rmtree(converted, ignore_errors=True)
-            os.replace(tmp, converted)
+        shutil.rmtree(converted, ignore_errors=True)  # a folder without config.json: an older, unfinished one
+        os.replace(tmp, converted)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
