@@ -25,6 +25,7 @@ SCRIPTS = {
     "lemma1_check": "analyses.p001_frayed.lemma1_check",
     "frayed_rope": "analyses.p001_frayed.frayed_rope",
     "frayed_bootstrap": "analyses.p001_frayed.frayed_bootstrap",
+    "sink_beyond": "analyses.p001_frayed.sink_beyond",  # 001 Fig. 6 past the context (claims 001d, 001e)
     "compare_zoo": "analyses.atlas.compare_zoo",
     "ood_ratio": "analyses.p004_slash.ood_ratio",
     "massive_values": "analyses.atlas.massive_values",
