@@ -239,11 +239,11 @@ def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, k
     from interp.engine import ScanResult, merge_results, scan as engine_scan
     from interp.io import write_dir_atomic
 
-    parts, stopped = [], None
+    parts, stopped, k, path = [], None, 0, None
     bar = tqdm(total=len(ids), desc=f"scan {model.card.name}" + (f" ({meta['corpus']})" if "corpus" in meta else ""), unit="prompt")
     try:
         with interruptible():
-            for pid, t in zip(ids, prompts):
+            for k, (pid, t) in enumerate(zip(ids, prompts)):
                 path = run.unit(f"{kind}-{pid:05d}")
                 try:
                     res = ScanResult.load(path) if path.exists() else None
@@ -257,6 +257,11 @@ def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, k
                 bar.update(1)
     except Interrupted as err:
         stopped = err
+        try:  # a signal after the unit's rename but before it joined parts: the unit is finished, so it counts
+            if len(parts) == k and path is not None and path.exists():
+                parts.append(ScanResult.load(path))
+        except (OSError, InterpError):
+            pass
     finally:
         bar.close()
     if not parts:

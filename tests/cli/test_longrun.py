@@ -439,3 +439,23 @@ def test_patch_resume_refuses_a_changed_pairs_file(tmp_path, monkeypatch):
     _patch_args(tmp_path, PAIRS[:2])  # the same file name, other pairs
     res = runner.invoke(app, args + ["--out", str(out), "--resume"])
     assert res.exit_code == 2 and "--pairs is" in res.output and "(sha256 " in res.output, res.output
+
+
+def test_scan_signal_after_a_units_rename_counts_that_unit(tmp_path, monkeypatch):
+    """SIGINT between a unit's rename and its read-back (where the subprocess test's poll lands): the unit is on
+    disk, so the partial tables count it, as --resume would."""
+    from interp.engine import ScanResult
+
+    orig, calls = ScanResult.load.__func__, {"n": 0}
+
+    def load(cls, path, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second prompt's read-back, once
+            raise Interrupted(signal.SIGINT)
+        return orig(cls, path, *a, **kw)
+
+    monkeypatch.setattr(ScanResult, "load", classmethod(load))
+    out = tmp_path / "race"
+    res = runner.invoke(app, SCAN + ["--out", str(out)])
+    assert res.exit_code == 130 and "partial: 2 of 3 prompts" in res.output, res.output
+    assert len(RunDir(out, "scan", {}).finished()) == 2
