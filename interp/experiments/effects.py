@@ -391,6 +391,7 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
     cache: dict[int, tuple] = {}  # prompt -> clean_dist, for the prompts of the current chunk
     done: list[int] = []
     stopped: BaseException | None = None
+    pending: int | None = None  # the layer whose unit is being written
     try:
         with torch.inference_mode():
             for l in sorted(by_layer):
@@ -422,10 +423,13 @@ def head_effects(model, prompts, config: EffectsConfig | None = None, *, progres
                             dn[r, p], kl[r, p] = d1[i], k1[i]
                         bar.update(len(chunk))
                 if store is not None:
+                    pending = l
                     store.save(l, dn[rows], kl[rows])
                 done.append(l)
     except stop_on as err:
         stopped = err
+        if pending is not None and pending not in done and store.path(pending).exists():
+            done.append(pending)  # stopped after the layer's file was renamed into place: it is finished
     finally:
         bar.close()
     secs = time.perf_counter() - t0

@@ -391,6 +391,7 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
     bar = _progress(len(order) * P, progress, f"patch {model.card.name}")
     done: dict[int, int] = {}  # layer -> token lengths finished
     stopped: BaseException | None = None
+    pending: tuple[int, int, int] | None = None  # (layer, token length, done[layer] before) of the unit being written
     try:
         for N, pidx in buckets.items():
             B = rows_per_forward(model, cfg, N, t.keep)
@@ -436,12 +437,15 @@ def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None,
                         per_pair[index[(l, h) if pos is None else (l, h, pos)], pidx[p]] = vals[i]
                     bar.update(len(chunk))
                 if store is not None:
+                    pending = (l, N, done.get(l, 0))
                     write_arrays_atomic(unit_path(store, l, N), per_pair=per_pair[np.ix_(rows[l], pidx)],
                                         clean=clean[pidx], corrupt=corrupt[pidx])
                 done[l] = done.get(l, 0) + 1
             del base, src
     except stop_on as err:
         stopped = err
+        if pending is not None and done.get(pending[0], 0) == pending[2] and unit_path(store, *pending[:2]).exists():
+            done[pending[0]] = pending[2] + 1  # stopped after the unit was renamed into place: it is finished
     finally:
         bar.close()
     secs = time.perf_counter() - t0

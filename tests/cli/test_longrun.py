@@ -459,3 +459,25 @@ def test_scan_signal_after_a_units_rename_counts_that_unit(tmp_path, monkeypatch
     res = runner.invoke(app, SCAN + ["--out", str(out)])
     assert res.exit_code == 130 and "partial: 2 of 3 prompts" in res.output, res.output
     assert len(RunDir(out, "scan", {}).finished()) == 2
+
+
+@pytest.mark.parametrize("command", ["effects", "patch"])
+def test_signal_after_a_layer_units_rename_counts_that_layer(tmp_path, monkeypatch, command):
+    """SIGTERM right after layer 0's unit file is renamed into place: the partial table holds layer 0."""
+    import interp.io
+
+    orig, calls = interp.io.write_arrays_atomic, {"n": 0}
+
+    def write(*a, **kw):
+        out = orig(*a, **kw)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Interrupted(signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(interp.io, "write_arrays_atomic", write)
+    args = EFFECTS if command == "effects" else _patch_args(tmp_path)
+    res = runner.invoke(app, args + ["--out", str(tmp_path / "o")])
+    assert res.exit_code == 143 and "partial: 1 of 2 layers" in res.output, res.output
+    table = pd.read_csv(tmp_path / "o" / f"{command}.csv")
+    assert set(table["layer"]) == {0}
