@@ -25,7 +25,14 @@ def test_the_verdicts_issue_33_names_are_what_the_numbers_support():
     by_id = {c["id"]: c for c in dc.load(ROOT)}
     assert by_id["000a"]["verdict"] == "reproduced in part"  # 20x, not 000's range; seed 2 at about half
     assert by_id["003e"]["verdict"] == "untested"  # recovery interval [-834%, 1009%]
-    assert by_id["001d"]["verdict"] == "untested"  # the sink break on two prompts of one model, no interval
+    # the sink break past the context, with intervals over prompts (sink_beyond.csv): falls and jumps at 2x, no collapse
+    sb = pd.read_csv(ROOT / "figures" / "sink_beyond.csv").set_index(["measure", "length_from", "length_to"])
+    assert by_id["001d"]["verdict"] == "reproduced in part"
+    assert sb.loc[("sink_weight", 8192, 16384), "change_hi"] < 0 < sb.loc[("max_qk_rot", 8192, 16384), "change_lo"]
+    assert sb.loc[("sink_weight", 8192, 16384), "value_to"] > 0.1  # far from zero at 2x: only in part
+    # the pre-RoPE counterfactual's sink weight is not flat: it falls inside the context, in every prompt
+    assert by_id["001e"]["verdict"] == "not reproduced"
+    assert sb.loc[("sink_weight_norope", 1024, 8192), "change_hi"] < 0 and sb.loc[("sink_weight_norope", 1024, 8192), "positive"] == 0
     # Assumption 4.1 measured as stated, with an interval over prompts: the off-zero deviation is as large as the spike
     a41 = pd.read_csv(ROOT / "figures" / "pulse_a41.csv")
     assert by_id["004g"]["verdict"] == "not reproduced" and (a41["ratio_lo"] >= 0.9).all()
