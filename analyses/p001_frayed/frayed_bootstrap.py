@@ -30,13 +30,12 @@ sink beyond the context (001 Fig. 6 at 4-8x: 32768-65536 tokens for SmolLM2) is 
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 
 import interp
 from analyses._common import parser, write_rows
+from analyses.p001_frayed._loop import model_runs
 from interp.experiments.stats import bootstrap_interval
 from interp.experiments.sweep import sweep
 
@@ -91,23 +90,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--stem", default="frayed_bootstrap",
                     help="table names (<stem>.csv, <stem>_prompts.csv): frayed_bootstrap_beyond for the run past the context")
     args = ap.parse_args(argv)
-    models = ["tiny-llama"] if args.quick else [m for m in args.models if interp.models.is_installed(m)]
     lengths = [64, 128] if args.quick else sorted(int(x) for x in args.lengths.split(","))
     n, boot = (3, 200) if args.quick else (args.prompts, args.boot)
     cfg = interp.ScanConfig(geometry=True, cluster_points=100 if args.quick else 1000, counterfactual_queries=0)
     per = []
-    for name in models:
-        t0 = time.perf_counter()
-        model = interp.load_model(name, device=args.device)
+    for run in model_runs(args, n, max(lengths), corpus=args.corpus, device=args.device):
+        name, model, prompts = run.name, run.model, run.prompts
         context = model.card.context_length
-        prompts = interp.corpus.prompts(model, "random" if args.quick else args.corpus, n, max(lengths), beyond_context=True)
         for i in range(n):
             res = sweep(model, prompts[i:i + 1], lengths, cfg, beyond_context=True)
             for length in res.lengths:
                 for measure, v in prompt_medians(res.heads(length)).items():
                     per.append({"model": name, "prompt": i, "length": length, "context": context, "measure": measure, "median": v})
-            print(f"{name}: prompt {i + 1} of {n} at {lengths} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        del model
+            print(f"{name}: prompt {i + 1} of {n} at {lengths} ({run.seconds():.0f} s)", flush=True)
+        del model, prompts
     per_df = pd.DataFrame(per)
     summary = changes(per_df, boot)
     merge = not args.quick

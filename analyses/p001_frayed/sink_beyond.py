@@ -32,14 +32,13 @@ value_from, value_to, boot``).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import torch
 
 import interp
 from analyses._common import parser, write_rows
+from analyses.p001_frayed._loop import model_runs
 from analyses.p001_frayed.frayed_bootstrap import changes
 from interp.attention import key_weight_rows, stratified_rows
 from interp.measures.geometry import max_qk
@@ -98,15 +97,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
-    models = ["tiny-llama"] if args.quick else [m for m in args.models if interp.models.is_installed(m)]
     lengths = [32, 64, 128] if args.quick else sorted(int(x) for x in args.lengths.split(","))
     n, boot = (3, 200) if args.quick else (args.prompts, args.boot)
     per = []
-    for name in models:
-        t0 = time.perf_counter()
-        model = interp.load_model(name, device=args.device)
+    for run in model_runs(args, n, max(lengths), corpus=args.corpus, device=args.device):
+        name, model, prompts = run.name, run.model, run.prompts
         context = model.card.context_length
-        prompts = interp.corpus.prompts(model, "random" if args.quick else args.corpus, n, max(lengths), beyond_context=True)
         for i in range(n):
             cap = interp.capture(model, prompts[i], beyond_context=True)
             for length, cols in prefix_means(model, cap, lengths, args.rows).items():
@@ -114,8 +110,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                     per.append({"model": name, "prompt": i, "length": length, "context": context, "measure": measure,
                                 "median": float(np.median(v))})
             del cap
-            print(f"{name}: prompt {i + 1} of {n} at {lengths} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        del model
+            print(f"{name}: prompt {i + 1} of {n} at {lengths} ({run.seconds():.0f} s)", flush=True)
+        del model, prompts
     per_df = pd.DataFrame(per)
     summary = changes(per_df, boot)
     merge = not args.quick
