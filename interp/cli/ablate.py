@@ -14,7 +14,8 @@ from interp.cli.common import (
     ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS, WORKERS,
     app, check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, scan_units, stop
+from interp.cli.longrun import (FORCE, RESUME, RESUME_NEEDS_LOCAL, Interrupted, interruptible, model_identity,
+                                 open_run, scan_units, stop)
 from interp.errors import InterpError
 
 
@@ -71,13 +72,7 @@ def ablate(
                 "measure": sorted(measure), "n_remove": n_remove, "planes": planes, "variant": list(variant),
                 "all_heads": all_heads, "causal": causal, "layers": layers, "block_size": block_size, "device": device,
                 "dtype": dtype, "engine": engine}
-    run = RunDir(out, "ablate", settings, resume)
-    try:
-        if resume and executor != "local":
-            raise InterpError("--resume needs --executor local (a Ray run keeps no per-prompt units yet)")
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    run = open_run(out, "ablate", settings, resume, force, RESUME_NEEDS_LOCAL if resume and executor != "local" else None)
     stopped: Interrupted | None = None
     causal_cut = False
 

@@ -14,7 +14,7 @@ from interp.cli.common import (
     BLOCK_SIZE, DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_before_load, check_paths, console, fail,
     float_list, int_list, plural, show_table,
 )
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, scan_units, stop
+from interp.cli.longrun import FORCE, RESUME, Interrupted, interruptible, model_identity, open_run, scan_units, stop
 from interp.errors import ConfigError, InterpError
 
 
@@ -84,11 +84,7 @@ def atlas(
                 "depths": list(ret_cfg.depths) if ret_cfg is not None else None, "block_size": block_size,
                 "device": device, "dtype": dtype, "engine": engine, "support": support, "effects": effects,
                 "effects_prompts": effects_prompts, "effects_tokens": effects_tokens}
-    run = RunDir(out, "atlas", settings, resume)
-    try:
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    run = open_run(out, "atlas", settings, resume, force)
 
     from interp.engine import ScanConfig
     from interp.experiments.atlas import ROLES, AtlasConfig, run_atlas

@@ -13,7 +13,7 @@ from rich.markup import escape
 from interp.cli.common import (ADDRESS, ATLAS, DEVICE, DTYPE, EXECUTOR, MODEL, PROMPTS, RETRIES, SEED, WORKERS, app,
                                check_before_load, check_paths, console, fail, parse_heads, plural, show_table, tokens_option,
                                top_option)
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
+from interp.cli.longrun import FORCE, RESUME, Interrupted, interruptible, model_identity, open_run, stop
 from interp.errors import InterpError
 
 
@@ -85,16 +85,13 @@ def effects(
     settings = {"model": model, "corpus": corpus, "prompts": prompts, "tokens": tokens, "seed": seed,
                 "interventions": list(cfg.interventions), "heads": heads, "sink": sink, "window": window, "n_remove": n_remove,
                 "bootstrap": bootstrap, "method": method, "max_logits_gb": max_logits_gb, "device": device, "dtype": dtype}
-    run = RunDir(out, "effects", settings, resume)
-    try:
-        if resume and method != "exact":
-            raise InterpError(f"--resume needs --method exact (--method {method} keeps no per-layer units)")
-        if executor == "ray" and (method != "exact" or resume):
-            raise InterpError("--executor ray runs --method exact without --resume (a Ray run keeps no per-layer units; a "
-                              "killed worker is retried instead)")
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    refuse = None
+    if resume and method != "exact":
+        refuse = f"--resume needs --method exact (--method {method} keeps no per-layer units)"
+    elif executor == "ray" and (method != "exact" or resume):
+        refuse = ("--executor ray runs --method exact without --resume (a Ray run keeps no per-layer units; a killed worker "
+                  "is retried instead)")
+    run = open_run(out, "effects", settings, resume, force, refuse)
 
     import pandas as pd
 

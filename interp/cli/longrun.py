@@ -211,6 +211,25 @@ class RunDir:
         return sorted(p.name for p in self.units_dir.iterdir() if not p.name.startswith("."))
 
 
+RESUME_NEEDS_LOCAL = "--resume needs --executor local (a Ray run keeps no per-prompt units yet)"
+
+
+def open_run(out: Path, command: str, settings: dict, resume: bool, force: bool, refuse: str | None = None) -> RunDir:
+    """The command's ``RunDir``, checked before any model work (``RunDir.check``): a refusal ends the command with one
+    line and exit 2 (``interp.cli.common.fail``). ``refuse``: a reason the options given cannot run together (e.g.
+    ``RESUME_NEEDS_LOCAL``), refused before the manifest is read."""
+    from interp.cli.common import fail
+
+    run = RunDir(out, command, settings, resume)
+    try:
+        if refuse:
+            raise InterpError(refuse)
+        run.check(force)
+    except InterpError as err:
+        fail(err)
+    return run
+
+
 def stop(err: Interrupted, done: int, total: int, what: str, out: Path) -> None:
     """After the partial tables are written: print ``partial: DONE of TOTAL WHAT`` and how to resume, then exit with
     ``err.exit_code`` (130 for SIGINT, 143 for SIGTERM)."""

@@ -13,7 +13,7 @@ from rich.markup import escape
 from interp.cli.common import (ADDRESS, ATLAS, DEVICE, DTYPE, EXECUTOR, MODEL, RETRIES, SEED, WORKERS, app,
                                check_before_load, check_paths, console, fail, parse_heads, plural, show_table,
                                top_option)
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, file_sha256, interruptible, model_identity, stop
+from interp.cli.longrun import FORCE, RESUME, Interrupted, file_sha256, interruptible, model_identity, open_run, stop
 from interp.errors import InterpError
 
 METHODS = ("exact", "naive", "attribution")
@@ -125,15 +125,9 @@ def patch(
                 "task": task, "n_pairs": n_pairs, "seed": seed, "heads": heads, "direction": direction,
                 "positions": positions, "method": method, "paths": paths, "metric": metric, "bootstrap": bootstrap,
                 "max_batch_gb": max_batch_gb, "device": device, "dtype": dtype}
-    run = RunDir(out, "patch", settings, resume)
     units = method == "exact" and paths is None and executor == "local"
-    try:
-        if resume and not units:
-            raise InterpError("--resume needs --method exact without --paths and --executor local (only those keep "
-                              "per-layer units)")
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    run = open_run(out, "patch", settings, resume, force, "--resume needs --method exact without --paths and --executor "
+                   "local (only those keep per-layer units)" if resume and not units else None)
     try:
         records = read_pairs(pairs, metric) if pairs is not None else None
         tok = load_tokenizer(model)

@@ -13,7 +13,7 @@ from interp.cli.common import (
     DEVICE, DTYPE, MODEL, app, check_before_load, check_paths, console, fail, float_list, int_list, plural, show_table,
     top_option,
 )
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, stop
+from interp.cli.longrun import FORCE, RESUME, Interrupted, interruptible, model_identity, open_run, stop
 from interp.errors import InterpError
 
 
@@ -65,11 +65,7 @@ def retrieval(
     settings = {"model": model, "lengths": list(cfg.lengths), "depths": list(cfg.depths), "needles": needles, "seed": seed,
                 "max_new_tokens": max_new_tokens, "top_k": top_k, "gate": gate, "template": template, "device": device,
                 "dtype": dtype}
-    run = RunDir(out, "retrieval", settings, resume)
-    try:
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    run = open_run(out, "retrieval", settings, resume, force)
 
     from interp.models import load_model
     from interp.report.bundle import write_csv

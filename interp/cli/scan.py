@@ -15,7 +15,8 @@ from interp.cli.common import (
     TOKENS, WORKERS, app, check_before_load, check_measures, check_paths, console, fail, long_summary, parse_shard,
     plural, top_option, top_sdh,
 )
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, model_identity, scan_units, stop
+from interp.cli.longrun import (FORCE, RESUME, RESUME_NEEDS_LOCAL, Interrupted, model_identity, open_run, scan_units,
+                                 stop)
 from interp.errors import InterpError
 
 
@@ -67,15 +68,12 @@ def scan(
                 "measure": sorted(measure), "ood": ood, "shard": f"{i}/{n}", "block_size": block_size,
                 "long_min_frac": long_min_frac, "inp": inp, "counterfactual": counterfactual, "full_profile": full_profile,
                 "counterfactual_queries": counterfactual_queries, "device": device, "dtype": dtype, "engine": engine}
-    run = RunDir(out, "scan", settings, resume)
-    try:
-        if resume and executor != "local":
-            raise InterpError("--resume needs --executor local (a Ray run keeps no per-prompt units yet)")
-        if n > 1 and executor != "local":
-            raise InterpError("--shard and --executor ray both split the prompts; use one of them")
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    refuse = None
+    if executor != "local" and resume:
+        refuse = RESUME_NEEDS_LOCAL
+    elif executor != "local" and n > 1:
+        refuse = "--shard and --executor ray both split the prompts; use one of them"
+    run = open_run(out, "scan", settings, resume, force, refuse)
     stopped: Interrupted | None = None
 
     from interp import corpus as corpus_mod

@@ -14,7 +14,8 @@ from interp.cli.common import (
     ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, EXECUTOR, MEASURE, MODEL, REPEATS, SEED, WORKERS, app,
     check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, scan_units, stop
+from interp.cli.longrun import (FORCE, RESUME, RESUME_NEEDS_LOCAL, Interrupted, interruptible, model_identity,
+                                 open_run, scan_units, stop)
 from interp.errors import InterpError
 
 
@@ -66,13 +67,7 @@ def sweep(
     settings = {"model": model, "lengths": ns, "corpus": corpus, "prompts": prompts, "seed": seed, "repeats": repeats,
                 "measure": sorted(measure), "beyond_context": beyond_context, "cluster_points": cluster_points,
                 "block_size": block_size, "device": device, "dtype": dtype}
-    run = RunDir(out, "sweep", settings, resume)
-    try:
-        if resume and executor != "local":
-            raise InterpError("--resume needs --executor local (a Ray run keeps no per-prompt units yet)")
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    run = open_run(out, "sweep", settings, resume, force, RESUME_NEEDS_LOCAL if resume and executor != "local" else None)
 
     from interp import corpus as corpus_mod
     from interp.models import load_model

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from interp.cli.common import (DEVICE, ENGINE, MEASURE, PROMPTS, REPEATS, SEED, app, check_before_load, check_measures,
                                check_paths, console, fail, plural, tokens_option)
-from interp.cli.longrun import FORCE, RESUME, Interrupted, RunDir, interruptible, stop
+from interp.cli.longrun import FORCE, RESUME, Interrupted, interruptible, open_run, stop
 from interp.errors import InterpError
 
 
@@ -67,11 +67,7 @@ def trajectory(
     settings = {"source": str(source), "revisions": [c.label for c in cks], "corpus": corpus, "prompts": prompts,
                 "tokens": tokens, "seed": seed, "repeats": repeats, "measure": sorted(measure), "device": device,
                 "engine": engine}
-    run = RunDir(out, "trajectory", settings, resume)
-    try:
-        run.check(force)
-    except InterpError as err:
-        fail(err)
+    run = open_run(out, "trajectory", settings, resume, force)
 
     from interp import corpus as corpus_mod
     from interp.engine import ScanConfig
