@@ -58,6 +58,8 @@ SCRIPTS = {
     "sparse_parity": "analyses.p003_sparsity.sparse_parity",
     "ppc_scratchpad": "analyses.p003_sparsity.ppc_scratchpad",
     "rope_id_lm": "analyses.p001_frayed.rope_id_lm",
+    # sized for a lent GPU (device_check.sh): full mode without CUDA skips, saying so (--quick runs on the CPU)
+    "rope_id_sink": "analyses.p001_frayed.rope_id_sink",  # claim 001h: lab models with a sink, RoPE against RoPE-ID
     # training dynamics (issue 35): heads watched as they form
     "icl_two_stage": "analyses.emergence.icl_two_stage",
     "icl_band_removal": "analyses.emergence.icl_band_removal",
