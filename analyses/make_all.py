@@ -53,6 +53,7 @@ SCRIPTS = {
     "copy_2d_rope": "analyses.p000_copy.copy_2d_rope",
     "copy_2d_rope_seeds": "analyses.p000_copy.copy_2d_rope_seeds",
     "copy_attempts": "analyses.p000_copy.copy_attempts",
+    "copy_finetune": "analyses.p000_copy.copy_finetune",  # claim 000f; sized for a lent GPU: full mode without CUDA skips, saying so
     "leave_one_out": "analyses.p003_sparsity.leave_one_out",
     "dyck_depth": "analyses.p002_dyck.dyck_depth",
     "sparse_parity": "analyses.p003_sparsity.sparse_parity",

@@ -22,7 +22,15 @@
 #   sink       claims 001d / 001e at 4-8x the context: analyses/p001_frayed/sink_beyond.py on SmolLM2, 16 stdlib
 #              prompts captured once at 65536 tokens, the sink weight with and without RoPE and max q.k of every prefix
 #              length 1k-64k (the CPU run stopped at 16k, 2x; not yet timed on a GPU);
-#   loo        claim 003e: analyses/p003_sparsity/leave_one_out.py with 500 windows (the paper's sample size) on the GPU.
+#   loo        claim 003e: analyses/p003_sparsity/leave_one_out.py with 500 windows (the paper's sample size) on the GPU;
+#   rope_id_sink  claim 001h: analyses/p001_frayed/rope_id_sink.py, two lab byte models (RoPE, RoPE-ID; 4 layers x 8 heads,
+#              width 512) trained at once for 4000 steps of 64 x 256 stdlib tokens, sink heads (importance of token 0 > 0.3)
+#              chosen on 8 held-out windows, their sink weight with and without RoPE swept on 16 others at 1x-8x the
+#              training length with bootstrap intervals, and the verdict (no zoo file; estimated 4-5 minutes, not yet timed);
+#   copy_finetune  claim 000f: analyses/p000_copy/copy_finetune.py, SmolLM2-135M fine-tuned twice (RoPE kept, 2D-RoPE
+#              through the rope site) for 600 steps of 64 Imbalanced strings of 1-256 bits (000 Table 5's protocol at lr
+#              5e-5), exact match on Imbalanced and Recursive-Flip at 1x-8x with paired intervals (needs the SmolLM2 zoo
+#              file; estimated 4 minutes, not yet timed).
 # Each step prints its own lines; the tables land in $OUT (default figures/). The scan and effects steps need no zoo
 # file (random weights). Provenance names the session's starting commit: check it against the tree that ran (the
 # device copies the working tree, not the git history).
@@ -47,7 +55,9 @@ for step in "${@:-tests scan}"; do
       sink) timeout 480 python -m analyses.p001_frayed.sink_beyond --models smollm2-135m --device cuda \
               --lengths 1024,2048,4096,8192,16384,32768,65536 --prompts 16 --out "$OUT" ;;
       loo) timeout 540 python -m analyses.p003_sparsity.leave_one_out --examples 500 --device cuda --out "$OUT" ;;
-      *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction, effects, frayed, sink or loo" >&2; exit 2 ;;
+      rope_id_sink) timeout 480 python -m analyses.p001_frayed.rope_id_sink --device cuda --out "$OUT" ;;  # its defaults
+      copy_finetune) timeout 480 python -m analyses.p000_copy.copy_finetune --model smollm2-135m --device cuda --out "$OUT" ;;  # its defaults
+      *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction, effects, frayed, sink, loo, rope_id_sink or copy_finetune" >&2; exit 2 ;;
     esac
   done
 done
