@@ -137,3 +137,21 @@ def test_quick_run_writes_paired_tables(tmp_path):
     wide = summary.pivot_table(index=["distribution", "factor"], columns="pe", values="exact_match")
     np.testing.assert_allclose(wide["rope2d-rope"], wide["rope2d"] - wide["rope"])
     assert out["verdict"].iloc[0] == verdict(summary)
+
+
+def test_each_fine_tuning_starts_from_the_pretrained_weights():
+    """``finetune_and_test`` reloads the saved weights first: the same run twice gives the same loss (on one thread),
+    which a second run continuing from the first one's weights would not."""
+    from argparse import Namespace
+
+    from analyses.p000_copy.copy_finetune import finetune_and_test, eval_strings
+    from interp.rope.variants import newline_token_ids
+
+    model = interp.load_model("tiny-llama", device="cpu")
+    init = {k: v.detach().clone() for k, v in model.hf.state_dict().items()}
+    args = Namespace(steps=3, lr=1e-3, seed=0, quick=True, batch=4, train_max=6, rope2d_base=1000.0, device="cpu",
+                     eval_tokens=4096, eval=2, factors=[1])
+    fmt, nl = CopyFormat.of(model.tokenizer), newline_token_ids(model.tokenizer)
+    runs = [finetune_and_test("rope2d", model, init, args, fmt, nl, eval_strings(args))[1] for _ in range(2)]
+    assert runs[0]["final_loss"] == runs[1]["final_loss"]
+    assert not torch.equal(model.hf.lm_head.weight, init["lm_head.weight"])  # it did train

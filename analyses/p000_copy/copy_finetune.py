@@ -41,7 +41,8 @@ A step of 64 strings pads to about 550 tokens (35K tokens); at about 0.8 GFLOP p
 (6 x 106M non-embedding parameters, the tied head on the targets only, attention at 550 tokens) that is 28 TFLOP; at an
 assumed 200 TFLOP/s in bf16 (a fifth of the H100's peak: width 576 keeps the matmuls small; the project's measured
 Llama-3.1-8B forward reaches 530 TFLOP/s, ``figures/gpu_scan.csv``) about 0.14 s per step, so 2 x 600 steps take
-about 3 minutes; the tests (2 x 1.2M tokens of forward) and two model loads well under one more.
+about 3 minutes; the tests (2 x 1.2M tokens of forward) and the one model load (both fine-tunings start from a copy
+of its weights) well under one more.
 
 Writes ``copy_finetune_strings.csv`` (``pe, distribution, factor, length, template, correct``), ``copy_finetune.csv``
 (``pe`` = rope, rope2d or ``rope2d-rope`` (the paired difference), ``distribution, factor, length_lo, length_hi,
@@ -263,7 +264,7 @@ def exact_match(logits_fn: Callable, fmt: CopyFormat, strings: list[np.ndarray],
     return out
 
 
-def test_strings(args) -> list[dict]:
+def eval_strings(args) -> list[dict]:
     """The test set, the same for both models: per distribution and factor ``f``, ``args.eval`` strings of lengths
     uniform in ``(f L / 2, f L]`` and a uniform template each (seeded by distribution and factor)."""
     out = []
@@ -277,9 +278,11 @@ def test_strings(args) -> list[dict]:
     return out
 
 
-def finetune_and_test(pe: str, args, fmt: CopyFormat, newline_ids: tuple[int, ...], tests: list[dict]) -> tuple[np.ndarray, dict]:
-    """Fine-tune a fresh copy of ``args.model`` with encoding ``pe`` and test it: ``(correct [len(tests)], meta)``."""
-    model = interp.load_model(args.model, device=args.device)
+def finetune_and_test(pe: str, model, init: dict, args, fmt: CopyFormat, newline_ids: tuple[int, ...], tests: list[dict],
+                      ) -> tuple[np.ndarray, dict]:
+    """Fine-tune ``model`` from its pretrained weights ``init`` (a state dict) with encoding ``pe`` and test it:
+    ``(correct [len(tests)], meta)``."""
+    model.hf.load_state_dict(init)
     cuda = args.device.startswith("cuda")
     n_t = len(TEMPLATES)
 
@@ -300,9 +303,6 @@ def finetune_and_test(pe: str, args, fmt: CopyFormat, newline_ids: tuple[int, ..
                               [t["bits"] for t in tests], [t["template"] for t in tests], args.eval_tokens)
     print(f"{pe}: loss {np.mean(losses[-20:]):.4f}, fine-tuned in {secs:.0f} s, tested in {time.perf_counter() - t0 - secs:.0f} s",
           flush=True)
-    del model
-    if cuda:
-        torch.cuda.empty_cache()
     return correct, {"final_loss": float(np.mean(losses[-20:])), "train_seconds": round(secs, 1)}
 
 
@@ -368,20 +368,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: this machine has no CUDA GPU; use --device cpu")
     args.out.mkdir(parents=True, exist_ok=True)
-    probe = interp.load_model(args.model, device="cpu")
+    model = interp.load_model(args.model, device=args.device)
     try:
-        fmt = CopyFormat.of(probe.tokenizer)
+        fmt = CopyFormat.of(model.tokenizer)
     except ValueError as e:
         ap.error(f"--model {args.model}: {e}")
-    if probe.card.d_head % 4:
-        ap.error(f"--model {args.model}: d_head {probe.card.d_head} is not divisible by 4 (2D-RoPE splits the planes into rows and columns)")
-    newline_ids = newline_token_ids(probe.tokenizer)
-    del probe
-    tests = test_strings(args)
+    if model.card.d_head % 4:
+        ap.error(f"--model {args.model}: d_head {model.card.d_head} is not divisible by 4 (2D-RoPE splits the planes into rows and columns)")
+    newline_ids = newline_token_ids(model.tokenizer)
+    init = {k: v.detach().clone() for k, v in model.hf.state_dict().items()}  # both fine-tunings start from these weights
+    tests = eval_strings(args)
     t0 = time.perf_counter()
     per, meta = [], {}
     for pe in PES:
-        correct, meta[pe] = finetune_and_test(pe, args, fmt, newline_ids, tests)
+        correct, meta[pe] = finetune_and_test(pe, model, init, args, fmt, newline_ids, tests)
         per += [{"pe": pe, "string": i, "distribution": t["distribution"], "factor": t["factor"], "length_lo": t["length_lo"],
                  "length_hi": t["length_hi"], "length": len(t["bits"]), "template": t["template"], "correct": bool(c)}
                 for i, (t, c) in enumerate(zip(tests, correct))]
