@@ -7,7 +7,7 @@ OUT ?= out/$(MODEL)
 
 LOCK := requirements.lock
 
-.PHONY: report test test-parallel test-quick venv clean lock figures docs pages
+.PHONY: report test test-serial test-parallel test-quick venv clean lock figures docs pages
 
 # make test-quick: the suite without its slow parts (README "Quick start" gives both times): the slow-marked tests (the
 # real model, notebooks, retraining), the Triton interpreter, the browser tests, the analyses scripts' quick modes,
@@ -26,9 +26,9 @@ TEST_QUICK := -m "not slow" -k "not 64-128" --ignore-glob='tests/test_analyses_*
 	--deselect=tests/lab/test_text_lm.py::test_quick_rope_id_lm --deselect=tests/lab/test_parity.py::test_quick_sparse_parity_script \
 	--deselect=tests/experiments/test_massive.py::test_analysis_quick_mode
 
-# make test-parallel: the full suite on several workers (pytest-xdist): one per core, at most 4 (each loads its own
-# models), none on one core; --dist loadfile keeps each test file on one worker, and tests/conftest.py puts all the
-# Ray files on one (xdist_scope). Not yet the README's command: no full parallel run has passed yet (issue 49).
+# make test: the full suite on several workers (pytest-xdist): one per core, at most 4 (each loads its own models),
+# none on one core; --dist loadfile keeps each test file on one worker, and tests/conftest.py puts all the Ray files on
+# one (xdist_scope). make test-serial: the same tests in one process (a failure's plain traceback, --pdb).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -ge 4 ]; then echo 4; elif [ $$n -ge 2 ]; then echo $$n; else echo 0; fi)
 TEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
 
@@ -57,11 +57,13 @@ venv: $(BIN)/interp
 report: venv
 	$(BIN)/interp scan $(MODEL) --corpus pydoc --prompts 8 --tokens 1024 --out $(OUT)
 
-test: venv
-	$(BIN)/python -m pytest -q
-
-test-parallel: venv   # make test on TEST_WORKERS workers (above)
+test: venv   # the full suite on TEST_WORKERS workers (above)
 	$(BIN)/python -m pytest -q $(TEST_PARALLEL)
+
+test-parallel: test   # the former name of make test
+
+test-serial: venv   # the full suite in one process
+	$(BIN)/python -m pytest -q
 
 test-quick: venv   # the fast subset (TEST_QUICK above); make test stays the full suite
 	$(BIN)/python -m pytest -q $(TEST_QUICK)
