@@ -18,6 +18,11 @@ def test_card(smollm2):
     c = smollm2.card
     assert (c.n_layers, c.n_heads, c.n_kv_heads, c.d_head, c.context_length) == (30, 9, 3, 64, 8192)
     assert set(c.rope_theta) == {1e5} and c.quantization == "GGUF Q4_1"
+    # the card (shown in every report, kept in resume manifests) names the file and its hash, not the user's cache path
+    from interp.models.zoo import cache_dir, gguf_path
+
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in c.source and len(c.sha256) == 64
+    assert str(cache_dir()) not in c.source and str(gguf_path("smollm2-135m").parent) not in c.source
 
 
 def test_verify_attention_and_rope(smollm2):

@@ -323,8 +323,8 @@ class Geometry(Measure):
                 Column("key_norm_first", "mean ||k_0|| (001 Fig. 5 left)"),
                 Column("key_norm_rest", "mean ||k_j|| over positions j >= 1 (001 Fig. 5 left)")]
         for tag, when in (("pre", "pre-RoPE"), ("rot", "post-RoPE")):
-            out += [Column(f"received_first_{tag}", f"r_0 = mean_i q_i . k_0, raw dot products, {when} (001 Fig. 5 right)"),
-                    Column(f"received_norm_first_{tag}", f"r_0 over the head's largest r_j, {when} (001 Fig. 5 right)")]
+            out += [Column(f"received_first_{tag}", f"score the first key receives: r_0 = mean_i q_i . k_0, raw dot products, {when} (001 Fig. 5 right)"),
+                    Column(f"received_norm_first_{tag}", f"score the first key receives over the largest any key receives: r_0 / max_j r_j, {when} (001 Fig. 5 right)")]
         return out
 
     def entries(self, dims, cfg):

@@ -153,7 +153,7 @@ class Massive(Measure):
         for x, what in (("q", "pre-RoPE queries"), ("k", "pre-RoPE keys")):
             cols.append(Column(f"massive_{x}_pre_count", f"massive channels of the {what}: same rule"))
         for x, what in (("q", "post-RoPE queries"), ("k", "post-RoPE keys"), ("v", "values")):
-            cols.append(Column(f"massive_{x}_ratio", f"max_d M[h,d] / mean_d M[h,d] of the {what} (Jin et al. 2025)"))
+            cols.append(Column(f"massive_{x}_ratio", f"largest channel's magnitude over the mean channel's, {what}: max_d M[h,d] / mean_d M[h,d] (Jin et al. 2025)"))
         for x, what in (("q", "queries"), ("k", "keys")):
             cols.append(Column(f"massive_{x}_plane", f"RoPE plane (0 = highest frequency) of the post-RoPE {what}' largest-norm channel"))
             cols.append(Column(f"massive_{x}_low_share", f"share of the massive post-RoPE {what} channels in the low-frequency third "

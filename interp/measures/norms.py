@@ -43,7 +43,7 @@ class Norms(Measure):
     def columns(self, cfg):
         return [Column("norm_rv_q", "norm relative variation std_i ||q_i|| / mean_i ||q_i|| of pre-RoPE queries (004)"),
                 Column("norm_rv_k", "norm relative variation of pre-RoPE keys (004)"),
-                Column("key0_norm_ratio", "||k_0|| / mean_{j>0} ||k_j||, mean over prompts of each term (001, sinks)")]
+                Column("key0_norm_ratio", "first key's norm over the others' mean: ||k_0|| / mean_{j>0} ||k_j||, mean over prompts of each term (001, sinks)")]
 
     def entries(self, dims, cfg):
         L, H, K = dims.n_layers, dims.n_heads, dims.n_kv_heads

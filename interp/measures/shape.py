@@ -204,10 +204,10 @@ class Shape(Measure):
             Column("vs_est_coverage", "MInference's estimate: coverage of its picks from the last 64 queries, among them"),
             Column("vs_picked_coverage", "exact coverage over all queries of the columns and lags MInference picks "
                    "from the last 64"),
-            Column("vs_est_error", "vs_est_coverage - vs_picked_coverage: error of MInference's last-64 estimate"),
+            Column("vs_est_error", "error of MInference's last-64 estimate: vs_est_coverage - vs_picked_coverage"),
             Column("distant_mass", "share of attention outside the first S and last W keys (DuoAttention 128 / 256, "
                    "scaled)", compare=True),
-            Column("is_streaming", "distant_mass < streaming_threshold (streaming head, DuoAttention; training-free)",
+            Column("is_streaming", "streaming head (DuoAttention; training-free): distant_mass < streaming_threshold",
                    heatmap=False),
         ]
 

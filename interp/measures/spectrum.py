@@ -86,12 +86,12 @@ class Spectrum(Measure):
     def columns(self, cfg):
         out = []
         for x, X in (("q", "Q"), ("k", "K")):
-            out += [Column(f"r1_{x}", f"r1 = s_1^2 / sum s^2 of pre-RoPE {X}, not centred (004 eq. 7)", compare=True),
-                    Column(f"R95_{x}", f"R_tau of pre-RoPE {X}: fewest singular values with cumulative r >= tau (004 eq. 7)"),
+            out += [Column(f"r1_{x}", f"top singular value's share of pre-RoPE {X}: r1 = s_1^2 / sum s^2, not centred (004 eq. 7)", compare=True),
+                    Column(f"R95_{x}", f"singular values holding pre-RoPE {X}'s energy (share tau, 0.95 by default): fewest with cumulative r >= tau (R_tau, 004 eq. 7)"),
                     Column(f"srank_{x}_pre", f"stable rank ||X||_F^2 / ||X||_2^2 of pre-RoPE {X} (001)"),
                     Column(f"srank_{x}_rot", f"stable rank of post-RoPE {X} (001)"),
-                    Column(f"fsv_ratio_{x}", f"FSV ratio ||R(X)||_2 / ||X||_2 of {X}, post over pre-RoPE spectral norm (001)"),
-                    Column(f"fsv_lemma1_{x}", f"Lemma 1's FSV prediction max_k alpha_k / sqrt 2 for {X} (001 Lemma 1)")]
+                    Column(f"fsv_ratio_{x}", f"how RoPE changes {X}'s spectral norm: post over pre-RoPE, ||R(X)||_2 / ||X||_2 (FSV ratio, 001)"),
+                    Column(f"fsv_lemma1_{x}", f"long-input limit of {X}'s FSV ratio: max_k alpha_k / sqrt 2 (001 Lemma 1)")]
         return out
 
     def entries(self, dims, cfg):

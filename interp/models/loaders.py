@@ -110,7 +110,9 @@ def _load_gguf(name: str, dtype: torch.dtype) -> LoadedModel:
                 f"delete that folder and load again to rebuild it from the GGUF file"
             ) from err
     quant = src.quantization + ("" if dtype == torch.float32 else f", run in {str(dtype).removeprefix('torch.')}")
-    card = make_card(name, hf, source=f"{path} (dequantized to float32)", quantization=quant, sha=src.sha256)
+    # the file, not its path: a report or manifest must not carry the user's cache folder (the sha256 pins the bytes)
+    card = make_card(name, hf, source=f"zoo file {src.file_name} (GGUF of {src.hub_id}, dequantized to float32)",
+                     quantization=quant, sha=src.sha256)
     return LoadedModel(hf, tok, card, src.hub_id)
 
 

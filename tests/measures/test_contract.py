@@ -132,6 +132,10 @@ def test_every_column_documented(name):
     assert not missing, f"README's Measurements table lacks {missing}"
     for c in REGISTRY[name].columns(cfg):
         assert c.label and len(c.label) < 200, c.name
+        # plain words first, the paper's symbols after (issue 49): a label shown in the report's dropdown does not open
+        # with a formula such as "r1 = ..." or "||k_0|| / ..."
+        first = c.label.split()[0].rstrip(":,'s")
+        assert first.replace("-", "").replace("'", "").isalpha(), (c.name, c.label)
 
 
 def test_every_option_owned_once():
