@@ -14,8 +14,8 @@ from interp.cli.common import (
     ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, ENGINE, EXECUTOR, MEASURE, MODEL, PROMPTS, REPEATS, SEED, TOKENS, WORKERS,
     app, check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
-from interp.cli.longrun import (FORCE, RESUME, RESUME_NEEDS_LOCAL, Interrupted, interruptible, model_identity,
-                                 open_run, scan_units, stop)
+from interp.cli.longrun import (FORCE, RESUME, Interrupted, interruptible, model_identity, open_run, scan_units,
+                                 stop)
 from interp.errors import InterpError
 
 
@@ -51,7 +51,7 @@ def ablate(
     outputs (heads.csv, report.html with a frequencies section, state/), and with --causal causal_ablation.csv
     (band, layers, nll_original, nll, delta_nll) and causal_heads.csv (per-head slash and sink changes).
 
-    Each finished prompt's state goes into OUT/units as the scan runs (local executor): --resume continues an
+    Each finished prompt's state goes into OUT/units as the scan runs (on Ray too): --resume continues an
     interrupted run, Ctrl-C / SIGTERM write partial tables from the finished prompts and exit 130 / 143 (during
     --causal: the scan's tables complete, the causal tables not written).
     """
@@ -72,13 +72,13 @@ def ablate(
                 "measure": sorted(measure), "n_remove": n_remove, "planes": planes, "variant": list(variant),
                 "all_heads": all_heads, "causal": causal, "layers": layers, "block_size": block_size, "device": device,
                 "dtype": dtype, "engine": engine}
-    run = open_run(out, "ablate", settings, resume, force, RESUME_NEEDS_LOCAL if resume and executor != "local" else None)
+    run = open_run(out, "ablate", settings, resume, force)
     stopped: Interrupted | None = None
     causal_cut = False
 
     from interp import corpus as corpus_mod
     from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
-    from interp.engine.executor import ModelSpec, run_sharded
+    from interp.engine.executor import ModelSpec, workers_for
     from interp.models import load_model
     from interp.report.bundle import write_csv, write_outputs
     from interp.engine import ScanConfig
@@ -90,12 +90,10 @@ def ablate(
         variants = band_variants(m.card.n_rotary_planes, n_remove, extra) + parsed
         cfg = switch_on(ScanConfig(block_size=block_size, variants=variants, inp=True), measure)
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)
-        run.begin(model_identity(m.card), len(p) if executor == "local" else 0)
-        if executor == "local":
-            result, stopped = scan_units(run, m, p, range(len(p)), cfg, {"corpus": corpus, "seed": seed}, engine, "prompt")
-        else:
-            result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers,
-                                 address=address, model=m, progress=True, meta={"corpus": corpus, "seed": seed})
+        run.begin(model_identity(m.card), len(p))
+        with workers_for(ModelSpec(model, str(m.device), dtype, engine), executor, workers, address) as actors:
+            result, stopped = scan_units(run, m, p, range(len(p)), cfg, {"corpus": corpus, "seed": seed}, engine, "prompt",
+                                         actors=actors)
         cause, t_causal = None, time.perf_counter()
         if causal and stopped is None:
             try:

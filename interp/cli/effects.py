@@ -57,7 +57,8 @@ def effects(
     With --method exact each finished layer goes into OUT/units as the run goes: --resume continues an interrupted
     run, Ctrl-C / SIGTERM write the finished layers' rows marked partial and exit 130 / 143. --executor ray splits the
     heads by layer over Ray workers that each hold the model (a killed worker is restarted and its chunk retried,
-    --retries times); the table equals a local run's.
+    --retries times); the table equals a local run's. On Ray the driver writes each layer's unit as its chunk comes
+    back, so a stopped or killed driver resumes too (on Ray or locally).
     """
     t_start = time.perf_counter()
     from interp.experiments.effects import EffectsConfig, parse_interventions
@@ -88,15 +89,16 @@ def effects(
     refuse = None
     if resume and method != "exact":
         refuse = f"--resume needs --method exact (--method {method} keeps no per-layer units)"
-    elif executor == "ray" and (method != "exact" or resume):
-        refuse = ("--executor ray runs --method exact without --resume (a Ray run keeps no per-layer units; a killed worker "
-                  "is retried instead)")
+    elif executor == "ray" and method != "exact":
+        refuse = f"--executor ray runs --method exact only (got --method {method}); run it locally"
     run = open_run(out, "effects", settings, resume, force, refuse)
 
     import pandas as pd
 
     from interp import corpus as corpus_mod
+    from interp.engine.executor import ModelSpec, workers_for
     from interp.experiments.attribution import attribution_effects
+    from interp.experiments.sharded import effects_on_workers
     from interp.experiments.effects import LayerStore, head_effects, naive_effects
     from interp.models import load_model
     from interp.report.effects_page import MIN_PROMPTS, write_effects
@@ -108,22 +110,19 @@ def effects(
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed)
         fn = {"exact": head_effects, "naive": naive_effects, "attribution": attribution_effects}[method]
         n_layers = len({l for l, _ in cfg.heads}) if cfg.heads is not None else m.card.n_layers
-        local = executor == "local"
-        run.begin(model_identity(m.card), n_layers if method == "exact" and local else 0)
-        kw = {"log": lambda s: console.print(escape(s), soft_wrap=True), "store": LayerStore(run.units_dir),
-              "stop_on": (Interrupted,)} if method == "exact" and local else {}
-        if not local:
-            from interp.engine.executor import ModelSpec
-            from interp.experiments.sharded import effects_on_workers
-
-            def fn(_m, toks, config, progress):  # each worker loads its own copy of the model
-                return effects_on_workers(ModelSpec(model, device, dtype), toks, config, workers=workers, address=address,
-                                          retries=retries)
-        try:
-            with interruptible():
+        run.begin(model_identity(m.card), n_layers if method == "exact" else 0)
+        kw = {"store": LayerStore(run.units_dir), "stop_on": (Interrupted,)} if method == "exact" else {}
+        if executor == "local" and kw:
+            kw["log"] = lambda s: console.print(escape(s), soft_wrap=True)
+        spec = ModelSpec(model, device, dtype)
+        if executor != "local":
+            def fn(_m, toks, config, progress, **kw_):  # each worker loads its own copy of the model
+                return effects_on_workers(spec, toks, config, actors=actors, **kw_)
+        try:  # Ray workers started before the signal handlers (ray.init sets its own SIGTERM handler)
+            with workers_for(spec, executor, workers, address, retries) as actors, interruptible():
                 res = fn(m, p, cfg, progress=True, **kw)
-        except Interrupted as err:  # before the clean pass finished (or --method naive / attribution): nothing to write
-            stop(err, 0, n_layers, "layers", out)
+        except Interrupted as err:  # before the clean pass (on Ray: the first chunk) or --method naive / attribution
+            stop(err, len(run.finished()), n_layers, "layers", out)
     except InterpError as err:
         fail(err)
     res.meta.update(corpus=corpus, seed=seed, n_layers=m.card.n_layers, n_heads=m.card.n_heads)  # the page's whole grid

@@ -1,4 +1,5 @@
-"""Long runs of ``interp scan``, ``interp effects``, ``interp patch`` and ``interp sweep``: finished units of work kept
+"""Long runs of ``interp scan``, ``effects``, ``patch``, ``sweep``, ``ablate``, ``atlas``, ``retrieval`` and
+``trajectory``: finished units of work kept
 in ``OUT``, ``--resume``, and Ctrl-C / SIGTERM that keep what is done (issue 46, parts 1 and 2). Not a command: the
 helpers those commands share.
 
@@ -15,6 +16,9 @@ entry under its name, so a resumed run redoes it.
 - ``interruptible()`` turns SIGINT / SIGTERM into ``Interrupted`` (raised like ``KeyboardInterrupt``, so the unit in
   flight unwinds and its temporary file is removed); the command writes its tables from the finished units, marks them partial and
   exits 130 / 143 (``stop``).
+- Ray runs keep the same units: the driver writes each unit as its worker's result comes back (``scan_units`` with
+  ``actors``; ``interp.experiments.sharded.effects_on_workers`` with a ``LayerStore``), so a driver that dies or is
+  stopped resumes on Ray or locally.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import json
 import shutil
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import typer
 
@@ -112,7 +117,7 @@ class RunDir:
 
     Attributes:
         out: the ``--out`` folder.
-        command: ``"scan"``, ``"effects"``, ``"patch"`` or ``"sweep"``.
+        command: the command's name (``"scan"``, ``"effects"``, ``"atlas"``...).
         settings: every option that changes the numbers (JSON-able), compared on ``--resume``.
         resume: continue the run in ``out`` (``--resume``).
     """
@@ -211,13 +216,10 @@ class RunDir:
         return sorted(p.name for p in self.units_dir.iterdir() if not p.name.startswith("."))
 
 
-RESUME_NEEDS_LOCAL = "--resume needs --executor local (a Ray run keeps no per-prompt units yet)"
-
-
 def open_run(out: Path, command: str, settings: dict, resume: bool, force: bool, refuse: str | None = None) -> RunDir:
     """The command's ``RunDir``, checked before any model work (``RunDir.check``): a refusal ends the command with one
     line and exit 2 (``interp.cli.common.fail``). ``refuse``: a reason the options given cannot run together (e.g.
-    ``RESUME_NEEDS_LOCAL``), refused before the manifest is read."""
+    ``--shard`` with ``--executor ray``), refused before the manifest is read."""
     from interp.cli.common import fail
 
     run = RunDir(out, command, settings, resume)
@@ -240,53 +242,106 @@ def stop(err: Interrupted, done: int, total: int, what: str, out: Path) -> None:
     raise typer.Exit(err.exit_code)
 
 
-def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, kind: str, beyond_context: bool = False):
+def keep_units(run: RunDir, names: Sequence[str], compute: Callable[[list[str]], Iterable[tuple[str, object]]],
+               load: Callable[[Path], object], save: Callable[[Path, object], object], bar=None) -> tuple[dict, Interrupted | None]:
+    """The loop of a long run's units, whoever computes them: each unit of ``names`` already finished in ``run`` is
+    read back (``load(path)``; one that cannot be read, ``OSError`` / ``InterpError``, is redone), then
+    ``compute(todo)`` yields ``(name, result)`` for the others in any order (this process in turn, or Ray workers as
+    they finish: ``interp.engine.executor.as_completed``), and each is saved (``save(path, result)``, atomically) and
+    read back, so a fresh run merges what a resumed one reads. SIGINT / SIGTERM (``interruptible``) end the loop after
+    the last finished unit; a signal between a unit's rename and its read-back still counts that unit (it is on disk,
+    as ``--resume`` would find it). ``bar``: a tqdm bar, advanced once per finished unit.
+
+    Returns:
+        ``({name: result} of the finished units in ``names``' order, Interrupted or None)``.
+
+    Raises:
+        InterpError: from ``compute`` (the engine; a Ray call past its retries).
+    """
+    got: dict = {}
+    stopped, pending = None, None
+    try:
+        with interruptible():
+            for name in names:
+                if run.unit(name).exists():
+                    try:
+                        got[name] = load(run.unit(name))
+                    except (OSError, InterpError):
+                        continue  # a damaged unit is redone
+                    if bar is not None:
+                        bar.update(1)
+            for name, res in compute([n for n in names if n not in got]):
+                pending = name
+                save(run.unit(name), res)
+                got[name] = load(run.unit(name))
+                pending = None
+                if bar is not None:
+                    bar.update(1)
+    except Interrupted as err:
+        stopped = err
+        try:  # stopped after the unit's rename, before its read-back: the unit is finished, so it counts
+            if pending is not None and run.unit(pending).exists():
+                got[pending] = load(run.unit(pending))
+        except (OSError, InterpError):
+            pass
+    return {n: got[n] for n in names if n in got}, stopped
+
+
+def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, kind: str, beyond_context: bool = False,
+               actors: list | None = None):
     """Scan ``prompts`` (``[pos]`` token tensors; ``ids``: their global indices) one prompt per unit, each unit's state
     saved in ``run`` as ``KIND-IIIII/`` (``interp.engine.ScanResult.save``, atomically as a folder) and finished units
-    read back instead of scanned; SIGINT / SIGTERM stop after the last finished unit. ``interp scan`` (a unit per
-    prompt) and ``interp sweep`` (a unit per prompt and length, ``KIND`` naming the length) use it.
+    read back instead of scanned (``keep_units``); SIGINT / SIGTERM stop after the last finished unit. ``interp scan``
+    (a unit per prompt), ``interp ablate``, ``interp atlas`` (a unit per pass and prompt) and ``interp sweep`` (a unit
+    per prompt and length, ``KIND`` naming the length) use it. ``actors``: Ray workers
+    (``interp.engine.executor.ray_workers``) that scan the unfinished prompts, one prompt per call, while this process
+    writes each unit as its call comes back: the units are the same as a local run's, so a run stopped on Ray resumes
+    on Ray or locally (and the reverse).
 
     Returns:
         ``(merged ScanResult of the finished units or None when none finished, Interrupted or None)``; the merge adds
-        the units' float64 sums in prompt order, so a resumed run equals an uninterrupted one exactly.
+        the units' float64 sums in prompt order, so a resumed run equals an uninterrupted one exactly (on the same
+        executor: a Ray worker runs one torch thread, and per-prompt states from another thread count differ at
+        float32 rounding).
 
     Raises:
-        InterpError: from the engine (a prompt too long...).
+        InterpError: from the engine (a prompt too long...) or a Ray worker past its retries.
     """
     from tqdm.auto import tqdm
 
     from interp.engine import ScanResult, merge_results, scan as engine_scan
     from interp.io import write_dir_atomic
 
-    parts, stopped, k, path = [], None, 0, None
-    bar = tqdm(total=len(ids), desc=f"scan {model.card.name}" + (f" ({meta['corpus']})" if "corpus" in meta else ""), unit="prompt")
+    names = [f"{kind}-{pid:05d}" for pid in ids]
+    work = dict(zip(names, zip(ids, prompts)))
+    t0 = time.perf_counter()
+
+    def compute(todo: list[str]):
+        if actors is None:
+            for name in todo:
+                pid, t = work[name]
+                yield name, engine_scan(model, [t], cfg, meta=meta, prompt_ids=[pid], engine=engine,
+                                        beyond_context=beyond_context)
+            return
+        from interp.engine.executor import as_completed
+
+        shard = meta.get("shard", "0/1")
+        yield from as_completed([(name, actors[k % len(actors)].scan.remote([work[name][1]], [work[name][0]], cfg, shard,
+                                                                             meta, beyond_context))
+                                 for k, name in enumerate(todo)])
+
+    bar = tqdm(total=len(names), desc=f"scan {model.card.name}" + (f" ({meta['corpus']})" if "corpus" in meta else ""), unit="prompt")
     try:
-        with interruptible():
-            for k, (pid, t) in enumerate(zip(ids, prompts)):
-                path = run.unit(f"{kind}-{pid:05d}")
-                try:
-                    res = ScanResult.load(path) if path.exists() else None
-                except (OSError, InterpError):
-                    res = None  # a damaged unit is redone
-                if res is None:  # scanned, saved, and read back: a fresh run merges what a resumed one reads
-                    write_dir_atomic(path, engine_scan(model, [t], cfg, meta=meta, prompt_ids=[pid], engine=engine,
-                                                           beyond_context=beyond_context).save)
-                    res = ScanResult.load(path)
-                parts.append(res)
-                bar.update(1)
-    except Interrupted as err:
-        stopped = err
-        try:  # a signal after the unit's rename but before it joined parts: the unit is finished, so it counts
-            if len(parts) == k and path is not None and path.exists():
-                parts.append(ScanResult.load(path))
-        except (OSError, InterpError):
-            pass
+        got, stopped = keep_units(run, names, compute, ScanResult.load, lambda path, res: write_dir_atomic(path, res.save), bar)
     finally:
         bar.close()
+    parts = list(got.values())
     if not parts:
         return None, stopped
     merged = merge_results(parts)
     merged.meta.update(seconds=sum(r.meta.get("seconds", 0.0) for r in parts), shard=meta.get("shard", "0/1"))
+    if actors is not None:
+        merged.meta.update(executor="ray", workers=len(actors), seconds=time.perf_counter() - t0)
     merged.meta.pop("merged_from", None)
     merged.meta.pop("shards", None)
     return merged, stopped

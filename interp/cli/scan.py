@@ -15,8 +15,7 @@ from interp.cli.common import (
     TOKENS, WORKERS, app, check_before_load, check_measures, check_paths, console, fail, long_summary, parse_shard,
     plural, top_option, top_sdh,
 )
-from interp.cli.longrun import (FORCE, RESUME, RESUME_NEEDS_LOCAL, Interrupted, model_identity, open_run, scan_units,
-                                 stop)
+from interp.cli.longrun import FORCE, RESUME, Interrupted, model_identity, open_run, scan_units, stop
 from interp.errors import InterpError
 
 
@@ -55,8 +54,9 @@ def scan(
 ) -> None:
     """Scan a model on a corpus; write heads.csv, long_slash.csv, report.html and raw state into OUT.
 
-    Each finished prompt's state goes into OUT/units as the scan runs (local executor); --resume continues an
-    interrupted run, Ctrl-C / SIGTERM write partial tables from the finished prompts and exit 130 / 143.
+    Each finished prompt's state goes into OUT/units as the scan runs (with --executor ray too: the driver writes each
+    prompt's state as its worker returns it); --resume continues an interrupted run on either executor, Ctrl-C /
+    SIGTERM write partial tables from the finished prompts and exit 130 / 143.
     """
     check_measures(measure)
     t_start = time.perf_counter()
@@ -68,19 +68,15 @@ def scan(
                 "measure": sorted(measure), "ood": ood, "shard": f"{i}/{n}", "block_size": block_size,
                 "long_min_frac": long_min_frac, "inp": inp, "counterfactual": counterfactual, "full_profile": full_profile,
                 "counterfactual_queries": counterfactual_queries, "device": device, "dtype": dtype, "engine": engine}
-    refuse = None
-    if executor != "local" and resume:
-        refuse = RESUME_NEEDS_LOCAL
-    elif executor != "local" and n > 1:
-        refuse = "--shard and --executor ray both split the prompts; use one of them"
+    refuse = "--shard and --executor ray both split the prompts; use one of them" if executor != "local" and n > 1 else None
     run = open_run(out, "scan", settings, resume, force, refuse)
     stopped: Interrupted | None = None
 
     from interp import corpus as corpus_mod
-    from interp.engine.executor import ModelSpec, run_sharded
+    from interp.engine.executor import ModelSpec, workers_for
     from interp.models import load_model
     from interp.report.bundle import write_outputs
-    from interp.engine import ScanConfig, scan as engine_scan
+    from interp.engine import ScanConfig
     from interp.engine.config import switch_on
 
     try:
@@ -92,20 +88,13 @@ def scan(
         p = corpus_mod.prompts(m, corpus, prompts, tokens, seed, repeats=repeats)[i::n]
         ids = range(i, prompts, n)  # global prompt indices, so merged shards name the prompt of a content repeat
         meta = {"corpus": corpus, "seed": seed, "shard": f"{i}/{n}"}
-        result = None
-        run.begin(model_identity(m.card), len(p) * (2 if ood else 1) if executor == "local" else 0)
-        if executor == "local":
-            result, stopped = scan_units(run, m, p, ids, cfg, meta, engine, "prompt")
-        else:
-            result = run_sharded(ModelSpec(model, str(m.device), dtype, engine), p, cfg, executor=executor, workers=workers,
-                                 address=address, meta={"corpus": corpus, "seed": seed})
+        run.begin(model_identity(m.card), len(p) * (2 if ood else 1))
         ood_result = None
-        if ood and stopped is None:
-            r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
-            if executor == "local":
-                ood_result, stopped = scan_units(run, m, r, ids, cfg, {**meta, "corpus": "random"}, engine, "ood")
-            else:
-                ood_result = engine_scan(m, r, cfg, progress=True, meta={**meta, "corpus": "random"}, prompt_ids=ids, engine=engine)
+        with workers_for(ModelSpec(model, str(m.device), dtype, engine), executor, workers, address) as actors:
+            result, stopped = scan_units(run, m, p, ids, cfg, meta, engine, "prompt", actors=actors)
+            if ood and stopped is None:
+                r = corpus_mod.prompts(m, "random", prompts, tokens, seed)[i::n]
+                ood_result, stopped = scan_units(run, m, r, ids, cfg, {**meta, "corpus": "random"}, engine, "ood", actors=actors)
     except InterpError as err:
         fail(err)
     done = 0 if result is None else result.meta["prompts"]

@@ -14,8 +14,8 @@ from interp.cli.common import (
     ADDRESS, BLOCK_SIZE, CORPUS, DEVICE, DTYPE, EXECUTOR, MEASURE, MODEL, REPEATS, SEED, WORKERS, app,
     check_before_load, check_measures, check_paths, console, fail, int_list, plural, show_table,
 )
-from interp.cli.longrun import (FORCE, RESUME, RESUME_NEEDS_LOCAL, Interrupted, interruptible, model_identity,
-                                 open_run, scan_units, stop)
+from interp.cli.longrun import (FORCE, RESUME, Interrupted, interruptible, model_identity, open_run, scan_units,
+                                 stop)
 from interp.errors import InterpError
 
 
@@ -46,7 +46,7 @@ def sweep(
     Every column of heads.csv plus the geometry of paper 001 (silhouette / Davies-Bouldin of the q and k clusters,
     key norms, attention received by token 0, maximum q.k per query), per length, layer and head.
 
-    Each finished prompt at each length goes into OUT/units as the sweep runs (local executor): --resume continues an
+    Each finished prompt at each length goes into OUT/units as the sweep runs (on Ray too): --resume continues an
     interrupted run, Ctrl-C / SIGTERM write the finished lengths' tables marked partial and exit 130 / 143.
     """
     check_measures(measure)
@@ -67,11 +67,11 @@ def sweep(
     settings = {"model": model, "lengths": ns, "corpus": corpus, "prompts": prompts, "seed": seed, "repeats": repeats,
                 "measure": sorted(measure), "beyond_context": beyond_context, "cluster_points": cluster_points,
                 "block_size": block_size, "device": device, "dtype": dtype}
-    run = open_run(out, "sweep", settings, resume, force, RESUME_NEEDS_LOCAL if resume and executor != "local" else None)
+    run = open_run(out, "sweep", settings, resume, force)
 
     from interp import corpus as corpus_mod
     from interp.models import load_model
-    from interp.engine.executor import ModelSpec
+    from interp.engine.executor import ModelSpec, workers_for
     from interp.report.sweep_page import write_sweep_report
 
     try:
@@ -83,23 +83,27 @@ def sweep(
                           f"are beyond {escape(m.card.name)}'s context: positions out of distribution", soft_wrap=True)
         p = corpus_mod.prompts(m, corpus, prompts, ns[-1], seed, beyond_context=beyond_context, repeats=repeats)
         spec = ModelSpec(model, str(m.device), dtype)
-        local = executor == "local"
-        run.begin(model_identity(m.card), len(ns) * len(p) if local else 0)
+        run.begin(model_identity(m.card), len(ns) * len(p))
+
+        late: list[Interrupted] = []  # a stop that came once the length's last unit was on disk
 
         def scan_length(n, prefixes, meta):  # one unit per prompt and length; a stop ends the sweep after the last unit
+            if late:  # the length before finished all its units: it is kept, this one is not started
+                raise late[0]
             res, stopped = scan_units(run, m, prefixes, range(len(prefixes)), cfg, meta, spec.engine, f"length-{n:06d}-prompt",
-                                      beyond_context)
-            if stopped is not None:
+                                      beyond_context, actors)
+            if stopped is not None and (res is None or res.meta["prompts"] < len(prefixes)):
                 raise stopped
+            late.extend([stopped] if stopped is not None else [])
             return res
 
-        with interruptible():  # also between lengths (a length's head table); the units' scans have their own
+        # Ray workers started before the signal handlers (ray.init sets its own SIGTERM handler)
+        with workers_for(spec, executor, workers, address) as actors, interruptible():  # also between lengths
             result = run_sweep(m, p, ns, cfg, beyond_context=beyond_context, progress=True, meta={"corpus": corpus, "seed": seed},
-                               executor=executor, workers=workers, address=address, spec=spec,
-                               scan_fn=scan_length if local else None, stop_on=(Interrupted,))
+                               spec=spec, scan_fn=scan_length, stop_on=(Interrupted,))
     except InterpError as err:
         fail(err)
-    except Interrupted as err:  # while loading the prompts or starting Ray workers
+    except Interrupted as err:  # outside the sweep's loop over lengths
         stop(err, 0, len(ns), "lengths", out)
     if result.stopped is not None and not result.results:
         stop(result.stopped, 0, len(ns), "lengths", out)

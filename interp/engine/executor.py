@@ -14,8 +14,9 @@ identical. ``ray.init()`` starts a local cluster on this machine; ``address="aut
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -93,6 +94,30 @@ def ray_workers(spec: ModelSpec, workers: int, address: str | None = None, retri
     return [actor.remote(spec) for _ in range(workers)]
 
 
+@contextmanager
+def workers_for(spec: ModelSpec, executor: str, workers: int, address: str | None = None,
+                retries: int = RETRIES) -> Iterator[list | None]:
+    """The Ray actors of one command (``ray_workers``) for the block, ended when it exits (their processes and model
+    copies freed at once, also on a cluster the command only joined); None for ``executor="local"``. A command enters
+    it before ``interp.cli.longrun.interruptible``, since ``ray.init`` sets its own SIGTERM handler.
+
+    Raises:
+        ConfigError: as ``ray_workers``.
+    """
+    actors = ray_workers(spec, workers, address, retries) if executor == "ray" else None
+    try:
+        yield actors
+    finally:
+        if actors:
+            import ray
+
+            for a in actors:
+                try:
+                    ray.kill(a)
+                except Exception:  # noqa: BLE001 - an actor already gone
+                    pass
+
+
 def ray_get(futures: list) -> list:
     """``ray.get(futures)``, a failure past the workers' restarts and retries turned into one line.
 
@@ -106,6 +131,33 @@ def ray_get(futures: list) -> list:
     except ray.exceptions.RayError as err:
         raise InterpError(f"a Ray worker failed after its retries ({type(err).__name__}); see the worker logs (ray logs), "
                           f"raise --retries or rerun") from None
+
+
+def as_completed(calls: Sequence[tuple[object, object]], poll_s: float = 0.2) -> Iterator[tuple[object, object]]:
+    """``(key, result)`` of Ray calls in the order they finish: ``calls`` holds ``(key, ObjectRef)`` pairs (e.g. a unit's
+    name and ``actor.scan.remote(...)``). The driver waits in steps of ``poll_s`` seconds, so a signal handler of the
+    main thread (``interp.cli.longrun.interruptible``) runs within one step; when the caller stops early (an exception
+    raised in it or here), the calls still queued are cancelled (best effort: a running actor call ends on its own).
+    How ``interp scan`` / ``interp effects --executor ray`` write each finished shard's unit as it comes back.
+
+    Raises:
+        InterpError: a call failed after its worker's restarts and retries (``ray_get``'s message).
+    """
+    import ray
+
+    waiting = {ref: key for key, ref in calls}
+    try:
+        while waiting:
+            ready, _ = ray.wait(list(waiting), num_returns=1, timeout=poll_s)
+            for ref in ready:
+                key = waiting.pop(ref)
+                yield key, ray_get([ref])[0]
+    finally:
+        for ref in waiting:
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - an actor call that cannot be cancelled runs to its end, unread
+                pass
 
 
 def run_sharded(

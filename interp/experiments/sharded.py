@@ -11,7 +11,10 @@ thread: matmuls block differently; about 1e-6 relative).
 
 Faults: a worker process that dies (a killed actor, a lost node) is restarted with the model reloaded and its chunk
 retried, up to ``retries`` times (``max_restarts`` / ``max_task_retries`` of the actor); past that, one line names the
-failure. A Ray run keeps no units on disk, so a driver that dies loses the run (``--resume`` covers local runs only).
+failure. The driver dying is covered by ``effects_on_workers(store=...)``: the driver writes each finished layer as a
+unit (``interp.experiments.effects.LayerStore``, the files a local ``head_effects`` run writes) as its chunk comes
+back, and a later run reads them back and sends only the other layers out (``interp effects --resume``, on Ray or
+locally). ``patch_on_workers`` keeps no units yet.
 
 Chunks: layers are dealt round-robin to ``chunks`` chunks (default twice the workers) so that every chunk mixes early
 layers (a forward from layer 0) with late ones (a forward from near the top).
@@ -26,9 +29,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from interp.engine.executor import RETRIES, ModelSpec, ray_get, ray_workers
+from interp.engine.executor import RETRIES, ModelSpec, as_completed, ray_get, ray_workers
 from interp.errors import ConfigError
-from interp.experiments.effects import EffectsConfig, EffectsResult, _order, _prompts, _table, head_effects
+from interp.experiments.effects import (EffectsConfig, EffectsResult, LayerStore, _meta as _effects_meta, _order, _prompts,
+                                        _table, clean_pass, head_effects)
 from interp.experiments.patch_tasks import Pair
 from interp.experiments.patching import PatchConfig, PatchResult, _rows, head_table, patch_heads
 
@@ -54,6 +58,15 @@ def _effects_chunk(model, prompts, config: EffectsConfig, means) -> EffectsResul
     return head_effects(model, prompts, config, means=means)
 
 
+def _clean_chunk(model, prompts, config: EffectsConfig) -> tuple[dict, np.ndarray]:
+    """``(meta, clean NLL per prompt)`` of ``head_effects`` without its heads: what a run whose every layer was read
+    back from its units still needs from a worker (the clean pass on the worker's threads, as its chunks had)."""
+    t0 = time.perf_counter()
+    nll = clean_pass(model, prompts, config.score_from).nll
+    t = time.perf_counter() - t0
+    return _effects_meta(model, config, prompts, "exact", t, nll, {"clean_pass": t}), nll
+
+
 def _patch_chunk(model, pairs, config: PatchConfig) -> PatchResult:
     return patch_heads(model, pairs, config)
 
@@ -73,12 +86,13 @@ def _start(spec: ModelSpec, workers: int, address: str | None, actors: list | No
     return started, tuple(ray.get(started[0].run.remote(_grid)))
 
 
-def _meta(chunk_meta: dict, cfg, t0: float, actors: list, n_chunks: int) -> dict:
-    """A chunk's ``meta`` made the merged run's: the whole run's heads and bootstrap, wall time, the workers."""
+def _meta(chunk_meta: dict, cfg, t0: float, actors: list, n_chunks: int, pids: bool = True) -> dict:
+    """A chunk's ``meta`` made the merged run's: the whole run's heads and bootstrap, wall time, the workers (their
+    pids unless ``pids`` is False: a stopped run does not wait behind the chunks still running on them)."""
     import ray
 
     meta = {**chunk_meta, "seconds": time.perf_counter() - t0, "executor": "ray", "workers": len(actors), "chunks": n_chunks,
-            "worker_pids": sorted(set(ray.get([a.pid.remote() for a in actors])))}
+            "worker_pids": sorted(set(ray.get([a.pid.remote() for a in actors]))) if pids else []}
     meta["config"] = {**chunk_meta["config"], "heads": "all" if cfg.heads is None else [f"{l}:{h}" for l, h in cfg.heads],
                       "bootstrap": cfg.bootstrap}
     return meta
@@ -86,7 +100,8 @@ def _meta(chunk_meta: dict, cfg, t0: float, actors: list, n_chunks: int) -> dict
 
 def effects_on_workers(spec: ModelSpec, prompts, config: EffectsConfig | None = None, *, workers: int = 2,
                        address: str | None = None, actors: list | None = None, chunks: int | None = None,
-                       retries: int = RETRIES, means: torch.Tensor | None = None) -> EffectsResult:
+                       retries: int = RETRIES, means: torch.Tensor | None = None, store: LayerStore | None = None,
+                       stop_on: tuple[type[BaseException], ...] = ()) -> EffectsResult:
     """``head_effects`` of every chosen head on Ray workers (module docstring): the same table, per-prompt values and
     clean NLL as one local run.
 
@@ -98,6 +113,11 @@ def effects_on_workers(spec: ModelSpec, prompts, config: EffectsConfig | None = 
             ``interp.engine.executor.ray_workers``; chunks: head chunks (default ``2 x workers``); retries: restarts
             of a dead worker and retries of its chunk; means: ``[layer, head, d_head]`` for ``mean`` (default: the
             prompts' own, as ``head_effects``).
+        store: finished layers read back instead of sent out, and each layer written as its chunk comes back
+            (``LayerStore``; the same files as ``head_effects(store=...)``, so either path resumes the other's run).
+        stop_on: exception types (``interp.cli.longrun.Interrupted``) that end the wait early: the result holds the
+            layers finished so far (with a store: those on disk), ``meta["partial"] = "K of N layers"`` and
+            ``stopped``; raised again when no chunk came back yet in this run (no clean NLL to report).
 
     Returns:
         ``EffectsResult`` with ``meta["executor"] = "ray"``, ``workers``, ``chunks``, ``worker_pids``.
@@ -112,17 +132,47 @@ def effects_on_workers(spec: ModelSpec, prompts, config: EffectsConfig | None = 
     actors, (L, H) = _start(spec, workers, address, actors, retries)
     cfg.check(L, H, toks.shape[1])
     heads = sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
-    parts = layer_chunks(heads, chunks or 2 * len(actors))
-    results = _gather(actors, _effects_chunk, [(toks, replace(cfg, heads=tuple(p), bootstrap=0), means) for p in parts])
     order = _order(heads, cfg.interventions)
     index = {r: i for i, r in enumerate(order)}
-    dn, kl = np.zeros((len(order), toks.shape[0])), np.zeros((len(order), toks.shape[0]))
-    for res in results:
-        rows = [index[(int(l), int(h), n)] for l, h, n in zip(res.table["layer"], res.table["head"], res.table["intervention"])]
-        dn[rows], kl[rows] = res.per_prompt["dnll"], res.per_prompt["kl"]
-    first = results[0]
-    meta = _meta(first.meta, cfg, t0, actors, len(parts))
-    return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, first.clean_nll, first.clean_nll_prompt, meta)
+    P = toks.shape[0]
+    dn, kl = np.zeros((len(order), P)), np.zeros((len(order), P))
+    layer_rows = {l: [i for i, r in enumerate(order) if r[0] == l] for l in sorted({l for l, _ in heads})}  # as head_effects'
+    filled = {l for l, rows in layer_rows.items() if store is not None and _read(store, l, rows, dn, kl)}
+    parts = layer_chunks([x for x in heads if x[0] not in filled], chunks or 2 * len(actors)) if len(filled) < len(layer_rows) else []
+    jobs = [(toks, replace(cfg, heads=tuple(p), bootstrap=0), means) for p in parts]
+    first, stopped = None, None
+    try:
+        for k, res in as_completed([(k, actors[k % len(actors)].run.remote(_effects_chunk, *job)) for k, job in enumerate(jobs)]):
+            rows = [index[(int(l), int(h), n)] for l, h, n in zip(res.table["layer"], res.table["head"], res.table["intervention"])]
+            dn[rows], kl[rows] = res.per_prompt["dnll"], res.per_prompt["kl"]
+            first = res if first is None else first
+            for l in sorted({l for l, _ in parts[k]}):
+                filled.add(l)
+                if store is not None:
+                    store.save(l, dn[layer_rows[l]], kl[layer_rows[l]])
+    except stop_on as err:
+        stopped = err
+    if first is None and stopped is not None:
+        raise stopped
+    if first is not None:
+        chunk_meta, clean_nll = first.meta, first.clean_nll_prompt
+    else:  # every layer read back: the clean pass alone
+        chunk_meta, clean_nll = ray_get([actors[0].run.remote(_clean_chunk, toks, cfg)])[0]
+    meta = _meta(chunk_meta, cfg, t0, actors, len(parts), pids=stopped is None)
+    if stopped is not None:  # a layer counts once its unit is on disk (its write may have been the step cut off)
+        done = {l for l in filled if store is None or store.path(l).exists()}
+        keep = [r for r, (l, _, _) in enumerate(order) if l in done]
+        order, dn, kl = [order[r] for r in keep], dn[keep], kl[keep]
+        meta.update(partial=f"{len(done)} of {len(layer_rows)} layers", stopped_by=str(stopped))
+    return EffectsResult(_table(order, dn, kl, cfg), {"dnll": dn, "kl": kl}, float(np.mean(clean_nll)), clean_nll, meta, stopped)
+
+
+def _read(store: LayerStore, layer: int, rows: list[int], dn: np.ndarray, kl: np.ndarray) -> bool:
+    """Fill ``dn`` / ``kl``'s ``rows`` from ``layer``'s unit in ``store``; False when the layer is not finished."""
+    got = store.load(layer, (len(rows), dn.shape[1]))
+    if got is not None:
+        dn[rows], kl[rows] = got
+    return got is not None
 
 
 def patch_on_workers(spec: ModelSpec, pairs: Sequence[Pair], config: PatchConfig | None = None, *, workers: int = 2,

@@ -122,3 +122,74 @@ def test_scan_and_sweep_commands_on_ray_equal_local(ray_cluster, tmp_path):
         res = CliRunner().invoke(app, sw + ["--executor", ex, "--out", str(tmp_path / f"sw-{ex}")])
         assert res.exit_code == 0, res.output
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "sw-local" / "sweep.csv"), pd.read_csv(tmp_path / "sw-ray" / "sweep.csv"), atol=1e-6)
+
+
+def _signal_self_at(monkeypatch, module, name: str, k: int, signum: int):
+    """Replace ``module.name`` by a wrapper whose call number ``k`` first sends ``signum`` to this process (the real
+    signal, so the handler installed at that moment is the one tested), then runs the original."""
+    orig, calls = getattr(module, name), {"n": 0}
+
+    def wrapped(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == k:
+            os.kill(os.getpid(), signum)
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(module, name, wrapped)
+
+
+def test_scan_on_ray_keeps_units_stops_on_sigterm_and_resumes(ray_cluster, tmp_path, monkeypatch):
+    """issue 46: the driver writes each prompt's unit as its worker returns it; a SIGTERM to the driver (after Ray set
+    its own handler at ray.init) writes the partial tables and exits 143; --resume on Ray scans only the other
+    prompts and gives the uninterrupted Ray run's heads.csv exactly; --resume locally gives it to float32 rounding."""
+    import json
+    import shutil
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    import interp.io
+    from interp.cli import app
+
+    args = ["scan", "tiny-llama", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib", "--engine", "python",
+            "--executor", "ray", "--workers", "2"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert CliRunner().invoke(app, args + ["--out", str(full)]).exit_code == 0
+    with monkeypatch.context() as mp:  # SIGTERM as the second finished prompt is about to be written
+        _signal_self_at(mp, interp.io, "write_dir_atomic", 2, signal.SIGTERM)
+        res = CliRunner().invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 143, res.output
+    assert "partial: 1 of 3 prompts" in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert json.loads((part / "state" / "scan.json").read_text())["meta"]["partial"] == "1 of 3 prompts"
+    (kept,) = (part / "units").iterdir()
+    inode = kept.stat().st_ino
+    local = tmp_path / "local"
+    shutil.copytree(part, local)
+    res = CliRunner().invoke(app, args + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    assert kept.stat().st_ino == inode  # read back, not scanned again
+    pd.testing.assert_frame_equal(pd.read_csv(full / "heads.csv"), pd.read_csv(part / "heads.csv"), check_exact=True)
+    res = CliRunner().invoke(app, args[:-4] + ["--out", str(local), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "heads.csv"), pd.read_csv(local / "heads.csv"), atol=1e-6)
+
+
+def test_ablate_on_ray_sigint_writes_the_partial_tables(ray_cluster, tmp_path, monkeypatch):
+    """Ctrl-C of ``interp ablate --executor ray``: the finished prompts' band_ablation.csv and heads.csv, marked
+    partial, exit 130."""
+    import json
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    import interp.io
+    from interp.cli import app
+
+    out = tmp_path / "ab"
+    with monkeypatch.context() as mp:
+        _signal_self_at(mp, interp.io, "write_dir_atomic", 2, signal.SIGINT)
+        res = CliRunner().invoke(app, ["ablate", "tiny-llama", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib",
+                                       "--engine", "python", "--all-heads", "--executor", "ray", "--out", str(out)])
+    assert res.exit_code == 130 and "partial: 1 of 3 prompts" in res.output and "Traceback" not in res.output, res.output
+    assert json.loads((out / "state" / "scan.json").read_text())["meta"]["partial"] == "1 of 3 prompts"
+    assert len(pd.read_csv(out / "band_ablation.csv")) == 2 * 4  # tiny-llama: 2 layers x 4 heads

@@ -114,3 +114,48 @@ def test_a_worker_killed_mid_chunk_is_restarted_and_the_effects_are_complete(tin
         np.testing.assert_allclose(got.per_prompt["dnll"], head_effects(tiny_llama, prompts, cfg).per_prompt["dnll"], **TOL)
     finally:
         ray.shutdown()
+
+
+def test_effects_on_ray_keep_layer_units_stop_on_sigterm_and_resume(actors, tmp_path, monkeypatch):
+    """issue 46: ``interp effects --executor ray`` writes each layer's unit as its chunk comes back; a SIGTERM to the
+    driver writes the finished layer's rows marked partial (exit 143); --resume on Ray sends out only the other layer
+    and equals the uninterrupted Ray run exactly; --resume locally equals it to the workers' float32 rounding."""
+    import json
+    import shutil
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    import interp.io
+    from interp.cli import app
+
+    args = ["effects", "tiny-llama", "--prompts", "3", "--tokens", "24", "--bootstrap", "50", "--executor", "ray",
+            "--workers", "2"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert CliRunner().invoke(app, args + ["--out", str(full)]).exit_code == 0
+    orig, calls = interp.io.write_arrays_atomic, {"n": 0}
+
+    def write(*a, **kw):  # the real signal as the second layer's unit is about to be written
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return orig(*a, **kw)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(interp.io, "write_arrays_atomic", write)
+        res = CliRunner().invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 143, res.output
+    assert "partial: 1 of 2 layers" in res.output and "Traceback" not in res.output
+    assert json.loads((part / "effects.json").read_text())["partial"] == "1 of 2 layers"
+    (kept,) = (part / "units").iterdir()
+    layer, inode = int(kept.stem.split("-")[1]), kept.stat().st_ino
+    assert set(pd.read_csv(part / "effects.csv")["layer"]) == {layer}
+    local = tmp_path / "local"
+    shutil.copytree(part, local)
+    res = CliRunner().invoke(app, args + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    assert kept.stat().st_ino == inode  # read back, not sent out again
+    pd.testing.assert_frame_equal(pd.read_csv(full / "effects.csv"), pd.read_csv(part / "effects.csv"), check_exact=True)
+    res = CliRunner().invoke(app, args[:-4] + ["--out", str(local), "--resume"])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(full / "effects.csv"), pd.read_csv(local / "effects.csv"), atol=2e-5, rtol=1e-4)
