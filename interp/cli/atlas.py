@@ -62,7 +62,9 @@ def atlas(
 
     Each finished unit goes into OUT/units as the run goes (a prompt of the text or repeated-random pass, a retrieval
     trial, an effects layer): --resume continues an interrupted run; Ctrl-C / SIGTERM write the text pass's finished
-    prompts (heads.csv, report.html, state/, marked partial; no atlas.csv) and exit 130 / 143.
+    prompts (heads.csv, report.html, state/, marked partial) and, once the text pass is whole and the repeated-random
+    pass has a finished prompt, atlas.csv from the finished prompts (no retrieval, support or effects columns; the
+    partial line says what it holds), then exit 130 / 143.
     """
     t_start = time.perf_counter()
     ret_cfg = None
@@ -104,7 +106,7 @@ def atlas(
 
         def scan_pass(name, prompts_, cfg_, meta):  # one unit per prompt; a stop ends the atlas after the last unit
             res_, stopped = scan_units(run, m, list(prompts_), range(len(prompts_)), cfg_, meta, engine, name)
-            passes[name] = (res_, len(prompts_))
+            passes[name] = (res_, list(prompts_))
             if stopped is not None:
                 raise stopped
             return res_
@@ -114,7 +116,7 @@ def atlas(
                 res = run_atlas(m, cfg, progress=True, engine=engine, log=lambda s: console.print(escape(s), soft_wrap=True),
                                 scan_pass=scan_pass, store=run.units_dir)
         except Interrupted as err:
-            _partial_atlas(err, passes, run, out, m.tokenizer, n_units)
+            _partial_atlas(err, passes, run, out, m.tokenizer, n_units, cfg)
     except InterpError as err:
         fail(err)
     if eff_cols is not None:
@@ -133,18 +135,30 @@ def atlas(
     run.finish()
 
 
-def _partial_atlas(err: Interrupted, passes: dict, run: RunDir, out: Path, tokenizer, n_units: int) -> None:
+def _partial_atlas(err: Interrupted, passes: dict, run: RunDir, out: Path, tokenizer, n_units: int, cfg) -> None:
     """After a stop: the text pass's finished prompts written as a scan (``heads.csv``, ``report.html``, ``state/``),
-    marked partial (no ``atlas.csv``: its roles need every pass), then the partial line and exit 130 / 143."""
-    from interp.report.bundle import write_outputs
+    marked partial (``meta["partial"]``: the report's banner and ``state/scan.json``); once the text pass is whole
+    and the repeated-random pass has finished prompts, ``atlas.csv`` too: ``atlas_table`` of the two scans, the shares
+    of the prompts they hold (``interp.experiments.atlas.attainable`` / ``chance``), no retrieval, support or effects
+    columns (their passes are not joined). Then the partial line and exit 130 / 143 (``stop``)."""
+    from interp.experiments.atlas import atlas_table, attainable, chance, shares_of
+    from interp.report.bundle import write_csv, write_outputs
 
-    text, n = passes.get("text", (None, 0))
+    text, text_p = passes.get("text", (None, []))
+    rr, rr_p = passes.get("rr", (None, []))
     if text is not None:
-        text.meta["partial"] = (f"atlas stopped: text pass {text.meta['prompts']} of {n} prompts" +
-                                ("" if text.meta["prompts"] < n else "; the later passes not finished, no atlas.csv"))
+        whole = text.meta["prompts"] == len(text_p)
+        rr_done = [rr_p[i] for i in rr.meta["prompt_ids"]] if whole and rr is not None else []
+        text.meta["partial"] = f"atlas stopped: text pass {text.meta['prompts']} of {len(text_p)} prompts" + (
+            "" if not whole else f"; repeated-random pass {len(rr_done)} of {cfg.prompts} prompts" + (
+                "; no atlas.csv" if not rr_done else "; atlas.csv from these, without the later passes' columns"))
         write_outputs(text, out, tokenizer=tokenizer)
-        console.print(f"wrote the text pass's {plural(text.meta['prompts'], 'finished prompt')} to {out}/heads.csv and "
-                      f"{out}/report.html (marked partial; no atlas.csv)", soft_wrap=True)
+        wrote = f"{out}/heads.csv and {out}/report.html"
+        if rr_done:
+            shares = shares_of(attainable(text_p), attainable(rr_done), chance(text_p), chance(rr_done))
+            write_csv(atlas_table(text, rr, shares), out / "atlas.csv")
+            wrote = f"{out}/atlas.csv, " + wrote
+        console.print(f"wrote the finished prompts to {wrote} (marked partial: {text.meta['partial']})", soft_wrap=True)
     stop(err, len(run.finished()), n_units, "units", out)
 
 

@@ -3,6 +3,7 @@ Options and outputs: ``interp retrieval --help``."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -40,11 +41,13 @@ def retrieval(
     A head's retrieval score is the share of needle tokens it copies (top-1 attention on the needle position whose
     token the model generates), averaged over the trials the model itself answers (ROUGE-1 recall > --gate).
     Writes retrieval.csv (layer, head, kv_head, retrieval_score, retrieval_score_all, hits, hits_all,
-    trials_retrieved, trials), retrieval_summary.csv (copy accuracy per length and depth) and retrieval_trials.csv
-    (every prompt: needle position, answer, response, ROUGE-1 recall).
+    trials_retrieved, trials), retrieval_summary.csv (copy accuracy per length and depth), retrieval_trials.csv
+    (every prompt: needle position, answer, response, ROUGE-1 recall) and retrieval.json (model, settings, trials,
+    seconds; "partial" when stopped).
 
     Each finished trial goes into OUT/units as the run goes: --resume continues an interrupted run, Ctrl-C / SIGTERM
-    write the tables of the finished trials (a partial line; run.json stays incomplete) and exit 130 / 143.
+    write the tables of the finished trials (a partial line, "partial": "K of N trials" in retrieval.json; run.json
+    stays incomplete) and exit 130 / 143.
     """
     t_start = time.perf_counter()
     from interp.experiments.retrieval import RetrievalConfig, run_retrieval
@@ -55,7 +58,7 @@ def retrieval(
                               max_new_tokens=max_new_tokens, top_k=top_k, gate=gate, template=template).check()
     except InterpError as err:
         fail(err)
-    check_paths(out, writes="retrieval.csv, retrieval_summary.csv, retrieval_trials.csv", model=model)
+    check_paths(out, writes="retrieval.csv, retrieval_summary.csv, retrieval_trials.csv, retrieval.json", model=model)
     shape = check_before_load(model, device=device, dtype=dtype)
     if shape is not None:
         try:
@@ -67,6 +70,7 @@ def retrieval(
                 "dtype": dtype}
     run = open_run(out, "retrieval", settings, resume, force)
 
+    from interp.io import write_text_atomic
     from interp.models import load_model
     from interp.report.bundle import write_csv
 
@@ -89,8 +93,10 @@ def retrieval(
     summary = result.summary
     write_csv(summary, out / "retrieval_summary.csv")
     write_csv(result.trials, out / "retrieval_trials.csv")
-    show_table(summary, "Copy accuracy: mean ROUGE-1 recall of the answer, share of trials retrieved", list(summary.columns), len(summary))
     n_ok, n = int(result.trials["retrieved"].sum()), len(result.trials)
+    write_text_atomic(out / "retrieval.json", json.dumps({**result.meta, "settings": settings, "trials": n, "retrieved": n_ok,
+                                                          "seconds": result.seconds}, indent=2, default=str))
+    show_table(summary, "Copy accuracy: mean ROUGE-1 recall of the answer, share of trials retrieved", list(summary.columns), len(summary))
     key = "retrieval_score" if n_ok else "retrieval_score_all"
     heads = result.heads.sort_values(key, ascending=False)
     show_table(heads, f"Top heads by {key} ({n_ok} of {plural(n, 'trial')} retrieved)",

@@ -3,6 +3,7 @@ outputs: ``interp trajectory --help``; the logic is ``interp.experiments.traject
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -42,7 +43,8 @@ def trajectory(
 
     Checks every checkpoint first (a folder with no model, a revision that does not exist, mixed architectures: one
     line, exit 2, before any scan). Writes trajectory.csv (columns: step, revision, train_loss when the folder has a
-    train_log.csv, scan_seconds, then heads.csv's) and trajectory.html (its loss panel from train_log.csv).
+    train_log.csv, scan_seconds, then heads.csv's), trajectory.html (its loss panel from train_log.csv) and
+    trajectory.json (source, settings, the checkpoints scanned; "partial" when stopped).
 
     A folder of checkpoints with their training log, from a small lab model (a few minutes on a CPU):
     python -m interp.lab.checkpoints runs/induction --steps 300 --save-every 50, then
@@ -50,11 +52,11 @@ def trajectory(
 
     Each finished checkpoint's rows go into OUT/units as the run goes: --resume continues an interrupted run (the
     checkpoints and settings must be the same), Ctrl-C / SIGTERM write the finished checkpoints' rows and page marked
-    partial and exit 130 / 143.
+    partial ("partial": "K of N checkpoints" in trajectory.json) and exit 130 / 143.
     """
     t_start = time.perf_counter()
     check_measures(measure)
-    check_paths(out, writes="trajectory.csv, trajectory.html")
+    check_paths(out, writes="trajectory.csv, trajectory.html, trajectory.json")
     check_before_load(device=device, engine=engine, corpus=corpus, prompts=prompts, tokens=tokens, repeats=repeats)
     from interp.experiments.trajectory import add_train_loss, checkpoint_trajectory, find_checkpoints, training_log
 
@@ -72,7 +74,7 @@ def trajectory(
     from interp import corpus as corpus_mod
     from interp.engine import ScanConfig
     from interp.engine.config import switch_on
-    from interp.io import write_atomic
+    from interp.io import write_atomic, write_text_atomic
     from interp.report.trajectory_page import write_trajectory_page
 
     try:
@@ -96,6 +98,9 @@ def trajectory(
     write_trajectory_page(traj, out / "trajectory.html", log, title=str(source), partial=partial)
     write_atomic(out / "trajectory.csv", lambda tmp: traj.to_csv(tmp, index=False))
     done = traj["revision"].nunique()
+    write_text_atomic(out / "trajectory.json", json.dumps({"source": str(source), "settings": settings,
+                                                           "checkpoints": list(traj["revision"].unique()),
+                                                           **({"partial": partial} if partial else {})}, indent=2))
     console.print(f"{escape(str(source))}: {plural(done, 'checkpoint')} x {plural(prompts, 'prompt')} of {tokens} tokens "
                   f"({escape(corpus)}), {len(traj)} rows, {traj.groupby('revision')['scan_seconds'].first().mean():.2f} s per "
                   f"checkpoint's scan, {time.perf_counter() - t_start:.1f} s in all; wrote {out}/trajectory.csv and "

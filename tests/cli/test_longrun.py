@@ -1,13 +1,17 @@
-"""Long runs of interp scan / effects (issue 46): finished units kept in OUT, --resume equal to an uninterrupted run,
-a partial OUT refused without --resume / --force, Ctrl-C writing partial tables with exit 130."""
+"""Long runs (issue 46): finished units kept in OUT, --resume equal to an uninterrupted run, a partial OUT refused
+without --resume / --force, Ctrl-C / SIGTERM writing partial tables marked partial with exit 130 / 143. One harness
+(``CASES``) runs that shape for every command that keeps units; the tests after it cover what is particular to one."""
 
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import pytest
@@ -21,7 +25,12 @@ runner = CliRunner()
 # the Python engine is deterministic; the fused CPU kernel's threads can differ run to run at float rounding (~1e-8),
 # so with it a resumed run equals an uninterrupted one to that noise, as two uninterrupted runs do
 SCAN = ["scan", "tiny-llama", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib", "--engine", "python"]
-EFFECTS = ["effects", "tiny-llama", "--prompts", "3", "--tokens", "24", "--bootstrap", "50"]
+EFFECTS = ["effects", "tiny-llama", "--prompts", "3", "--tokens", "24", "--window", "8", "--bootstrap", "50"]
+SWEEP = ["sweep", "tiny-llama", "--lengths", "16,32", "--prompts", "2", "--corpus", "stdlib", "--cluster-points", "20"]
+RETRIEVAL = ["retrieval", "tiny-llama", "--lengths", "200", "--depths", "0.2,0.5,0.8", "--max-new-tokens", "4"]
+ABLATE = ["ablate", "tiny-llama", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib", "--engine", "python", "--all-heads"]
+ATLAS = ["atlas", "tiny-llama", "--prompts", "2", "--tokens", "40", "--block-size", "8", "--engine", "python", "--support",
+         "5", "--effects", "zero", "--effects-prompts", "1", "--effects-tokens", "16"]
 
 
 def _fail_at(monkeypatch, module, name: str, k: int, exc: BaseException):
@@ -36,33 +45,241 @@ def _fail_at(monkeypatch, module, name: str, k: int, exc: BaseException):
 
     monkeypatch.setattr(module, name, wrapped)
 
+@dataclass
+class Case:
+    """One command's interrupt / resume shape for ``test_interrupted_then_resumed_equals_one_run``.
 
-def test_scan_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.engine
+    Attributes:
+        args: the command line (without --out), given the folder of shared inputs (pairs file, checkpoints).
+        target: ``"module:function"`` called once or more per unit of work; the stop is raised in its call ``stop(n) + 1``
+            (``n``: its calls in an uninterrupted run), and a resumed run may call it only ``n - stop(n)`` times.
+        signum: the signal the stop stands for (exit code 128 + signum).
+        line: what follows ``partial:`` in the output.
+        marker: ``(JSON file, key path, value)``: the metadata's ``partial`` field after the stop, gone after --resume.
+        banner: ``(HTML file, text)`` of the partial banner (gone after --resume), or None.
+        changed: ``(extra args, message)``: a setting other than the run's, refused on --resume naming it.
+        tables: table -> columns left out of the comparison with the uninterrupted run (timings).
+        check: ``check(part, full)``: what the partial tables hold.
+        full: the key of the uninterrupted run (cases of one command with the same args share it).
+    """
 
-    full, part = tmp_path / "full", tmp_path / "part"
-    assert runner.invoke(app, SCAN + ["--out", str(full)]).exit_code == 0
-    with monkeypatch.context() as mp:  # Ctrl-C while the third prompt runs
-        _fail_at(mp, interp.engine, "scan", 2, Interrupted(signal.SIGINT))
-        res = runner.invoke(app, SCAN + ["--out", str(part)])
-    assert res.exit_code == 130, res.output
-    assert "partial: 2 of 3 prompts" in res.output and "--resume" in res.output and "Traceback" not in res.output
-    assert json.loads((part / "state" / "scan.json").read_text())["meta"]["partial"] == "2 of 3 prompts"
-    assert "Partial run: 2 of 3 prompts" in (part / "report.html").read_text()
-    assert len(pd.read_csv(part / "heads.csv")) == 2 * 4
-    # without --resume: refused before the model loads
+    args: Callable[[Path], list]
+    target: str
+    stop: Callable[[int], int]
+    signum: int
+    line: str
+    marker: tuple
+    banner: tuple | None
+    changed: tuple
+    tables: dict
+    check: Callable[[Path, Path], None] = lambda part, full: None
+    full: str = ""
+
+
+def _csv(d: Path, name: str) -> pd.DataFrame:
+    return pd.read_csv(d / name)
+
+
+def _scan_partial(part, full):
+    assert len(_csv(part, "heads.csv")) == 2 * 4  # tiny-llama: 2 layers x 4 heads
+
+
+def _sweep_partial(part, full):
+    assert set(_csv(part, "sweep.csv")["length"]) == {16}
+    assert RunDir(part, "sweep", {}).finished() == ["length-000016-prompt-00000", "length-000016-prompt-00001",
+                                                   "length-000032-prompt-00000"]
+
+
+def _retrieval_partial(part, full):
+    assert _csv(part, "retrieval_trials.csv")["depth"].tolist() == [0.2, 0.5]
+    assert _csv(part, "retrieval.csv")["trials"].eq(2).all()
+
+
+def _trajectory_partial(part, full):
+    assert _csv(part, "trajectory.csv")["revision"].unique().tolist() == ["step-1", "step-2"]
+
+
+def _ablate_partial(part, full):
+    assert len(_csv(part, "band_ablation.csv")) == 2 * 4
+
+
+def _atlas_text_only(part, full):
+    assert not (part / "atlas.csv").exists()
+    pd.testing.assert_frame_equal(_csv(full, "heads.csv"), _csv(part, "heads.csv"), check_exact=True)
+
+
+def _atlas_from_finished(part, full):
+    """The text pass whole, one repeated-random prompt: atlas.csv holds every head, the text pass's columns exact."""
+    heads, atlas = _csv(full, "heads.csv"), _csv(part, "atlas.csv")
+    pd.testing.assert_frame_equal(heads, atlas[list(heads.columns)], check_exact=True)
+    assert len(atlas) == 2 * 4 and atlas["rr_induction_score"].notna().all() and "dnll_zero" not in atlas
+    assert "dnll_zero" in _csv(full, "atlas.csv")  # the effects pass's columns come with the whole run
+
+
+def _layers(table: str):
+    def check(part, full):
+        assert set(_csv(part, table)["layer"]) == {0}
+    return check
+
+
+STATE = ("state/scan.json", ("meta", "partial"))
+ATLAS_STOP = "atlas stopped: text pass 2 of 2 prompts; repeated-random pass "
+CASES = {
+    "scan": Case(lambda d: SCAN, "interp.engine:scan", lambda n: n - 1, signal.SIGINT, "2 of 3 prompts",
+                 (*STATE, "2 of 3 prompts"), ("report.html", "Partial run: 2 of 3 prompts"),
+                 (["--seed", "1"], "--seed is 1 here but 0"), {"heads.csv": ()}, _scan_partial),
+    "effects": Case(lambda d: EFFECTS, "interp.experiments.effects:token_stats", lambda n: n // 2, signal.SIGTERM,
+                    "1 of 2 layers", ("effects.json", ("partial",), "1 of 2 layers"),
+                    ("effects.html", "Partial run: 1 of 2 layers"), (["--bootstrap", "60"], "--bootstrap is 60 here but 50"),
+                    {"effects.csv": ()}, _layers("effects.csv")),
+    "patch": Case(lambda d: _patch_args(d), "interp.experiments.patching:start_at", lambda n: n // 2, signal.SIGINT,
+                  "1 of 2 layers", ("patch.json", ("partial",), "1 of 2 layers"), ("patch.html", "Partial run: 1 of 2 layers"),
+                  (["--direction", "noise"], "--direction is 'noise' here but 'denoise'"), {"patch.csv": ()},
+                  _layers("patch.csv")),
+    "sweep": Case(lambda d: SWEEP, "interp.engine:scan", lambda n: n - 1, signal.SIGINT, "1 of 2 lengths",
+                  ("sweep.json", ("partial",), "1 of 2 lengths"), ("sweep.html", "Partial run: 1 of 2 lengths"),
+                  (["--lengths", "16,24"], "--lengths is [16, 24] here but [16, 32]"), {"sweep.csv": ()}, _sweep_partial),
+    "trajectory": Case(lambda d: ["trajectory", str(d / "ckpt"), "--prompts", "2", "--tokens", "16", "--engine", "python"],
+                       "interp.experiments.trajectory:scan_rows", lambda n: n - 1, signal.SIGINT, "2 of 3 checkpoints",
+                       ("trajectory.json", ("partial",), "2 of 3 checkpoints"),
+                       ("trajectory.html", "Partial run: 2 of 3 checkpoints"),
+                       (["--revisions", "step-1,step-3"], "--revisions is ['step-1', 'step-3'] here but ['step-1', 'step-2', 'step-3']"),
+                       {"trajectory.csv": ("scan_seconds",)}, _trajectory_partial),
+    "retrieval": Case(lambda d: RETRIEVAL, "interp.experiments.retrieval:greedy_decode", lambda n: n - 1, signal.SIGTERM,
+                      "2 of 3 trials", ("retrieval.json", ("partial",), "2 of 3 trials"), None,
+                      (["--seed", "1"], "--seed is 1 here but 0"),
+                      {"retrieval.csv": (), "retrieval_trials.csv": ("seconds",)}, _retrieval_partial),
+    "ablate": Case(lambda d: ABLATE, "interp.engine:scan", lambda n: n - 1, signal.SIGINT, "2 of 3 prompts",
+                   (*STATE, "2 of 3 prompts"), ("report.html", "Partial run: 2 of 3 prompts"),
+                   (["--n-remove", "4"], "--n-remove is 4 here but 6"), {"band_ablation.csv": (), "heads.csv": ()},
+                   _ablate_partial),
+    # tiny-llama's atlas: 2 text and 2 repeated-random prompts (interp.engine.scan each), 2 effects layers: 6 units
+    "atlas-in-rr-pass": Case(lambda d: ATLAS, "interp.engine:scan", lambda n: n // 2, signal.SIGINT, "2 of 6 units",
+                             (*STATE, ATLAS_STOP + "0 of 2 prompts; no atlas.csv"),
+                             ("report.html", "Partial run: atlas stopped"), (["--seed", "1"], "--seed is 1 here but 0"),
+                             {"atlas.csv": ()}, _atlas_text_only, full="atlas"),
+    "atlas-after-an-rr-prompt": Case(lambda d: ATLAS, "interp.engine:scan", lambda n: n - 1, signal.SIGTERM, "3 of 6 units",
+                                     (*STATE, ATLAS_STOP + "1 of 2 prompts; atlas.csv from these, without the later "
+                                      "passes' columns"), ("report.html", "Partial run: atlas stopped"),
+                                     (["--repeats", "3"], "--repeats is 3 here but 2"), {"atlas.csv": ()},
+                                     _atlas_from_finished, full="atlas"),
+}
+
+
+def _counting(monkeypatch, module, name: str) -> dict:
+    """Count the calls of ``module.name`` (into the returned dict's ``"n"``)."""
+    orig, calls = getattr(module, name), {"n": 0}
+
+    def wrapped(*a, **kw):
+        calls["n"] += 1
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(module, name, wrapped)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """The inputs some commands read: the pairs file of ``patch``, the checkpoints of ``trajectory``."""
+    d = tmp_path_factory.mktemp("inputs")
+    _patch_args(d)
+    _checkpoints(d / "ckpt")
+    return d
+
+
+@pytest.fixture(scope="module")
+def full_runs(inputs, tmp_path_factory):
+    """``full(name) -> (OUT of the uninterrupted run, calls of the case's target)``, each run once per module."""
+    done: dict = {}
+
+    def full(name: str):
+        case = CASES[name]
+        key = case.full or name
+        if key not in done:
+            out = tmp_path_factory.mktemp(f"full-{key}")
+            mod, fn = case.target.split(":")
+            with pytest.MonkeyPatch.context() as mp:
+                calls = _counting(mp, importlib.import_module(mod), fn)
+                res = runner.invoke(app, case.args(inputs) + ["--out", str(out)])
+            assert res.exit_code == 0, res.output
+            done[key] = out, calls["n"]
+        return done[key]
+
+    return full
+
+
+def _field(d: Path, marker: tuple):
+    data = json.loads((d / marker[0]).read_text())
+    for k in marker[1][:-1]:
+        data = data[k]
+    return data.get(marker[1][-1])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_interrupted_then_resumed_equals_one_run(name, inputs, full_runs, tmp_path, monkeypatch):
+    """The stop: exit 128 + signal, the partial line, tables and marks; a partial OUT refused without --resume before
+    the model loads, and with other settings; --resume does only the unfinished units and writes the uninterrupted
+    run's tables exactly, unmarked, and marks the run complete."""
+    import interp.models
+
+    case, args, part = CASES[name], CASES[name].args(inputs), tmp_path / "part"
+    full, n = full_runs(name)
+    mod, fn = case.target.split(":")
+    module, k = importlib.import_module(mod), case.stop(n)
+    assert 0 < k < n
     with monkeypatch.context() as mp:
+        _fail_at(mp, module, fn, k, Interrupted(case.signum))
+        res = runner.invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 128 + case.signum, res.output
+    assert f"partial: {case.line}" in res.output and "--resume" in res.output and "Traceback" not in res.output
+    assert _field(part, case.marker) == case.marker[2]
+    if case.banner:
+        assert case.banner[1] in (part / case.banner[0]).read_text()
+    case.check(part, full)
+    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
         _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
-        res = runner.invoke(app, SCAN + ["--out", str(part)])
+        res = runner.invoke(app, args + ["--out", str(part)])
     assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
-    # resumed: the two finished prompts are read back, the third scanned; heads.csv equals the uninterrupted run's
-    with monkeypatch.context() as mp:
-        _fail_at(mp, interp.engine, "scan", 1, AssertionError("only the third prompt is scanned"))
-        res = runner.invoke(app, SCAN + ["--out", str(part), "--resume"])
+    res = runner.invoke(app, args + case.changed[0] + ["--out", str(part), "--resume"])
+    assert res.exit_code == 2 and case.changed[1] in res.output, res.output
+    with monkeypatch.context() as mp:  # resumed: the finished units are read back, only the others run
+        _fail_at(mp, module, fn, n - k, AssertionError("finished units are read back"))
+        res = runner.invoke(app, args + ["--out", str(part), "--resume"])
     assert res.exit_code == 0, res.output
-    pd.testing.assert_frame_equal(pd.read_csv(full / "heads.csv"), pd.read_csv(part / "heads.csv"), check_exact=True)
-    assert "partial" not in json.loads((part / "state" / "scan.json").read_text())["meta"]
+    for table, drop in case.tables.items():
+        a, b = (_csv(d, table).drop(columns=list(drop)) for d in (full, part))
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert _field(part, case.marker) is None
+    if case.banner:
+        assert "Partial run" not in (part / case.banner[0]).read_text()
     assert json.loads((part / "run.json").read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("command", ["effects", "patch"])
+def test_resume_needs_the_exact_method(command, inputs, tmp_path):
+    args = EFFECTS if command == "effects" else _patch_args(inputs)
+    res = runner.invoke(app, args + ["--method", "naive", "--out", str(tmp_path / "o"), "--resume"])
+    assert res.exit_code == 2 and "--method exact" in res.output, res.output
+
+
+def test_sweep_signal_at_a_lengths_last_read_back_keeps_that_length(tmp_path, monkeypatch):
+    """SIGINT between the rename and the read-back of a length's last unit: that length is whole on disk, so the
+    partial sweep keeps it (and stops before the next length)."""
+    from interp.engine import ScanResult
+
+    orig, calls = ScanResult.load.__func__, {"n": 0}
+
+    def load(cls, path, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:  # length 16's second prompt's read-back
+            raise Interrupted(signal.SIGINT)
+        return orig(cls, path, *a, **kw)
+
+    monkeypatch.setattr(ScanResult, "load", classmethod(load))
+    res = runner.invoke(app, SWEEP + ["--out", str(tmp_path / "o")])
+    assert res.exit_code == 130 and "partial: 1 of 2 lengths" in res.output, res.output
+    assert set(_csv(tmp_path / "o", "sweep.csv")["length"]) == {16}
+    assert len(RunDir(tmp_path / "o", "sweep", {}).finished()) == 2
 
 
 def test_scan_crash_leaves_units_and_a_half_written_unit_is_redone(tmp_path, monkeypatch):
@@ -86,39 +303,6 @@ def test_scan_crash_leaves_units_and_a_half_written_unit_is_redone(tmp_path, mon
     # --force discards the run and starts over
     res = runner.invoke(app, SCAN + ["--prompts", "2", "--out", str(out), "--force"])
     assert res.exit_code == 0 and len(list((out / "units").iterdir())) == 2
-
-
-def test_effects_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.experiments.effects as fx
-
-    full, part = tmp_path / "full", tmp_path / "part"
-    calls = {"n": 0}
-    orig = fx.token_stats
-
-    def counting(*a, **kw):
-        calls["n"] += 1
-        return orig(*a, **kw)
-
-    with monkeypatch.context() as mp:
-        mp.setattr(fx, "token_stats", counting)
-        assert runner.invoke(app, EFFECTS + ["--out", str(full)]).exit_code == 0
-    per_layer = calls["n"] // 2  # tiny-llama: 2 layers, the same forwards each
-    with monkeypatch.context() as mp:  # SIGTERM during layer 1
-        _fail_at(mp, fx, "token_stats", per_layer, Interrupted(signal.SIGTERM))
-        res = runner.invoke(app, EFFECTS + ["--out", str(part)])
-    assert res.exit_code == 143, res.output
-    assert "partial: 1 of 2 layers" in res.output and "--resume" in res.output
-    assert json.loads((part / "effects.json").read_text())["partial"] == "1 of 2 layers"
-    assert set(pd.read_csv(part / "effects.csv")["layer"]) == {0}
-    res = runner.invoke(app, EFFECTS[:-2] + ["--bootstrap", "60", "--out", str(part), "--resume"])
-    assert res.exit_code == 2 and "--bootstrap is 60 here but 50" in res.output
-    with monkeypatch.context() as mp:  # resumed: only layer 1 runs
-        _fail_at(mp, fx, "token_stats", per_layer, AssertionError("layer 0 is read back"))
-        res = runner.invoke(app, EFFECTS + ["--out", str(part), "--resume"])
-    assert res.exit_code == 0, res.output
-    pd.testing.assert_frame_equal(pd.read_csv(full / "effects.csv"), pd.read_csv(part / "effects.csv"), check_exact=True)
-    res = runner.invoke(app, EFFECTS + ["--method", "naive", "--out", str(part), "--resume"])
-    assert res.exit_code == 2 and "--method exact" in res.output
 
 
 def test_first_difference_and_manifest(tmp_path):
@@ -184,38 +368,6 @@ def _patch_args(tmp_path, pairs=PAIRS):
     return ["patch", "tiny-llama", "--pairs", str(f), "--bootstrap", "50"]
 
 
-def test_patch_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.experiments.patching as pt
-    import interp.models
-
-    args = _patch_args(tmp_path)
-    full, part = tmp_path / "full", tmp_path / "part"
-    assert runner.invoke(app, args + ["--out", str(full)]).exit_code == 0
-    with monkeypatch.context() as mp:  # Ctrl-C in layer 1's patched forward (tiny-llama: one forward per layer)
-        _fail_at(mp, pt, "start_at", 1, Interrupted(signal.SIGINT))
-        res = runner.invoke(app, args + ["--out", str(part)])
-    assert res.exit_code == 130, res.output
-    assert "partial: 1 of 2 layers" in res.output and "--resume" in res.output and "Traceback" not in res.output
-    assert json.loads((part / "patch.json").read_text())["partial"] == "1 of 2 layers"
-    assert "Partial run: 1 of 2 layers" in (part / "patch.html").read_text()
-    assert set(pd.read_csv(part / "patch.csv")["layer"]) == {0}
-    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
-        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
-        res = runner.invoke(app, args + ["--out", str(part)])
-    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
-    res = runner.invoke(app, args + ["--direction", "noise", "--out", str(part), "--resume"])
-    assert res.exit_code == 2 and "--direction is 'noise' here but 'denoise'" in res.output
-    with monkeypatch.context() as mp:  # resumed: only layer 1 is patched
-        _fail_at(mp, pt, "start_at", 1, AssertionError("layer 0 is read back"))
-        res = runner.invoke(app, args + ["--out", str(part), "--resume"])
-    assert res.exit_code == 0, res.output
-    pd.testing.assert_frame_equal(pd.read_csv(full / "patch.csv"), pd.read_csv(part / "patch.csv"), check_exact=True)
-    assert "partial" not in json.loads((part / "patch.json").read_text())
-    assert json.loads((part / "run.json").read_text())["complete"] is True
-    res = runner.invoke(app, args + ["--method", "naive", "--out", str(part), "--resume"])
-    assert res.exit_code == 2 and "--method exact" in res.output
-
-
 def test_patch_two_token_lengths_resume_skips_finished_passes(tmp_path, monkeypatch):
     """Pairs of two token lengths: a layer is finished once both lengths ran it; a length whose layers are all kept
     skips its unpatched passes too."""
@@ -247,40 +399,6 @@ def test_patch_two_token_lengths_resume_skips_finished_passes(tmp_path, monkeypa
     assert meta_full["clean_metric"] == meta_part["clean_metric"] and meta_full["corrupt_metric"] == meta_part["corrupt_metric"]
 
 
-SWEEP = ["sweep", "tiny-llama", "--lengths", "16,32", "--prompts", "2", "--corpus", "stdlib", "--cluster-points", "20"]
-
-
-def test_sweep_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.engine
-    import interp.models
-
-    full, part = tmp_path / "full", tmp_path / "part"
-    assert runner.invoke(app, SWEEP + ["--out", str(full)]).exit_code == 0
-    with monkeypatch.context() as mp:  # Ctrl-C while length 32's second prompt is scanned (units: prompt x length)
-        _fail_at(mp, interp.engine, "scan", 3, Interrupted(signal.SIGINT))
-        res = runner.invoke(app, SWEEP + ["--out", str(part)])
-    assert res.exit_code == 130, res.output
-    assert "partial: 1 of 2 lengths" in res.output and "--resume" in res.output and "Traceback" not in res.output
-    assert json.loads((part / "sweep.json").read_text()) == {"lengths": [16], "partial": "1 of 2 lengths"}
-    assert "Partial run: 1 of 2 lengths" in (part / "sweep.html").read_text()
-    assert set(pd.read_csv(part / "sweep.csv")["length"]) == {16}
-    assert RunDir(part, "sweep", {}).finished() == ["length-000016-prompt-00000", "length-000016-prompt-00001",
-                                                   "length-000032-prompt-00000"]
-    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
-        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
-        res = runner.invoke(app, SWEEP + ["--out", str(part)])
-    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
-    res = runner.invoke(app, SWEEP[:3] + ["16,24"] + SWEEP[4:] + ["--out", str(part), "--resume"])
-    assert res.exit_code == 2 and "--lengths is [16, 24] here but [16, 32]" in res.output
-    with monkeypatch.context() as mp:  # resumed: only length 32's second prompt is scanned
-        _fail_at(mp, interp.engine, "scan", 1, AssertionError("finished prompts are read back"))
-        res = runner.invoke(app, SWEEP + ["--out", str(part), "--resume"])
-    assert res.exit_code == 0, res.output
-    pd.testing.assert_frame_equal(pd.read_csv(full / "sweep.csv"), pd.read_csv(part / "sweep.csv"), check_exact=True)
-    assert json.loads((part / "sweep.json").read_text()) == {"lengths": [16, 32]}
-    assert json.loads((part / "run.json").read_text())["complete"] is True
-
-
 def _checkpoints(root: Path, steps=(1, 2, 3)) -> Path:
     import torch
 
@@ -292,96 +410,6 @@ def _checkpoints(root: Path, steps=(1, 2, 3)) -> Path:
         save_lab(LabForCausalLM(LabConfig(vocab_size=20, n_layers=1, n_heads=2, d_model=16, d_mlp=32, max_positions=64)),
                  vocab, root / f"step-{step}")
     return root
-
-
-def test_trajectory_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.experiments.trajectory as tj
-    import interp.models
-
-    args = ["trajectory", str(_checkpoints(tmp_path / "ckpt")), "--prompts", "2", "--tokens", "16", "--engine", "python"]
-    full, part = tmp_path / "full", tmp_path / "part"
-    assert runner.invoke(app, args + ["--out", str(full)]).exit_code == 0
-    with monkeypatch.context() as mp:  # Ctrl-C while the third checkpoint is scanned
-        _fail_at(mp, tj, "scan_rows", 2, Interrupted(signal.SIGINT))
-        res = runner.invoke(app, args + ["--out", str(part)])
-    assert res.exit_code == 130, res.output
-    assert "partial: 2 of 3 checkpoints" in res.output and "--resume" in res.output and "Traceback" not in res.output
-    assert set(pd.read_csv(part / "trajectory.csv")["revision"]) == {"step-1", "step-2"}
-    assert "Partial run: 2 of 3 checkpoints" in (part / "trajectory.html").read_text()
-    with monkeypatch.context() as mp:  # without --resume: refused before any checkpoint loads
-        _fail_at(mp, interp.models, "load_model", 0, AssertionError("no checkpoint may load"))
-        res = runner.invoke(app, args + ["--out", str(part)])
-    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
-    res = runner.invoke(app, args + ["--revisions", "step-1,step-3", "--out", str(part), "--resume"])
-    assert res.exit_code == 2 and "--revisions is ['step-1', 'step-3'] here but ['step-1', 'step-2', 'step-3']" in res.output
-    with monkeypatch.context() as mp:  # resumed: only the third checkpoint is loaded and scanned
-        _fail_at(mp, tj, "scan_rows", 1, AssertionError("finished checkpoints are read back"))
-        res = runner.invoke(app, args + ["--out", str(part), "--resume"])
-    assert res.exit_code == 0, res.output
-    a, b = (pd.read_csv(d / "trajectory.csv").drop(columns="scan_seconds") for d in (full, part))
-    pd.testing.assert_frame_equal(a, b, check_exact=True)
-    assert json.loads((part / "run.json").read_text())["complete"] is True and "Partial" not in (part / "trajectory.html").read_text()
-
-
-RETRIEVAL = ["retrieval", "tiny-llama", "--lengths", "200", "--depths", "0.2,0.5,0.8", "--max-new-tokens", "4"]
-
-
-def test_retrieval_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.experiments.retrieval as rt
-    import interp.models
-
-    full, part = tmp_path / "full", tmp_path / "part"
-    assert runner.invoke(app, RETRIEVAL + ["--out", str(full)]).exit_code == 0
-    with monkeypatch.context() as mp:  # SIGTERM while the third trial decodes
-        _fail_at(mp, rt, "greedy_decode", 2, Interrupted(signal.SIGTERM))
-        res = runner.invoke(app, RETRIEVAL + ["--out", str(part)])
-    assert res.exit_code == 143, res.output
-    assert "partial: 2 of 3 trials" in res.output and "--resume" in res.output and "Traceback" not in res.output
-    assert pd.read_csv(part / "retrieval_trials.csv")["depth"].tolist() == [0.2, 0.5]
-    assert pd.read_csv(part / "retrieval.csv")["trials"].eq(2).all()
-    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
-        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
-        res = runner.invoke(app, RETRIEVAL + ["--out", str(part)])
-    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
-    with monkeypatch.context() as mp:  # resumed: only the third trial is decoded
-        _fail_at(mp, rt, "greedy_decode", 1, AssertionError("finished trials are read back"))
-        res = runner.invoke(app, RETRIEVAL + ["--out", str(part), "--resume"])
-    assert res.exit_code == 0, res.output
-    pd.testing.assert_frame_equal(pd.read_csv(full / "retrieval.csv"), pd.read_csv(part / "retrieval.csv"), check_exact=True)
-    a, b = (pd.read_csv(d / "retrieval_trials.csv").drop(columns="seconds") for d in (full, part))
-    pd.testing.assert_frame_equal(a, b, check_exact=True)
-    assert json.loads((part / "run.json").read_text())["complete"] is True
-
-
-ABLATE = ["ablate", "tiny-llama", "--prompts", "3", "--tokens", "48", "--corpus", "stdlib", "--engine", "python", "--all-heads"]
-
-
-def test_ablate_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.engine
-    import interp.models
-
-    full, part = tmp_path / "full", tmp_path / "part"
-    assert runner.invoke(app, ABLATE + ["--out", str(full)]).exit_code == 0
-    with monkeypatch.context() as mp:  # Ctrl-C while the third prompt is scanned
-        _fail_at(mp, interp.engine, "scan", 2, Interrupted(signal.SIGINT))
-        res = runner.invoke(app, ABLATE + ["--out", str(part)])
-    assert res.exit_code == 130, res.output
-    assert "partial: 2 of 3 prompts" in res.output and "Traceback" not in res.output
-    assert json.loads((part / "state" / "scan.json").read_text())["meta"]["partial"] == "2 of 3 prompts"
-    assert (part / "band_ablation.csv").exists()
-    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
-        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
-        res = runner.invoke(app, ABLATE + ["--out", str(part)])
-    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
-    res = runner.invoke(app, ABLATE + ["--n-remove", "4", "--out", str(part), "--resume"])
-    assert res.exit_code == 2 and "--n-remove is 4 here but 6" in res.output
-    with monkeypatch.context() as mp:  # resumed: only the third prompt is scanned
-        _fail_at(mp, interp.engine, "scan", 1, AssertionError("finished prompts are read back"))
-        res = runner.invoke(app, ABLATE + ["--out", str(part), "--resume"])
-    assert res.exit_code == 0, res.output
-    for name in ("band_ablation.csv", "heads.csv"):
-        pd.testing.assert_frame_equal(pd.read_csv(full / name), pd.read_csv(part / name), check_exact=True)
-    assert json.loads((part / "run.json").read_text())["complete"] is True
 
 
 def test_ablate_cut_during_the_causal_ablation_keeps_the_scan(tmp_path, monkeypatch):
@@ -396,37 +424,6 @@ def test_ablate_cut_during_the_causal_ablation_keeps_the_scan(tmp_path, monkeypa
     assert (out / "band_ablation.csv").exists() and not (out / "causal_ablation.csv").exists()
     res = runner.invoke(app, args + ["--out", str(out), "--resume"])
     assert res.exit_code == 0 and (out / "causal_ablation.csv").exists(), res.output
-
-
-ATLAS = ["atlas", "tiny-llama", "--prompts", "2", "--tokens", "40", "--block-size", "8", "--engine", "python", "--support",
-         "5", "--effects", "zero", "--effects-prompts", "1", "--effects-tokens", "16"]
-
-
-def test_atlas_interrupted_then_resumed_equals_one_run(tmp_path, monkeypatch):
-    import interp.engine
-    import interp.models
-
-    full, part = tmp_path / "full", tmp_path / "part"
-    res = runner.invoke(app, ATLAS + ["--out", str(full)])
-    assert res.exit_code == 0, res.output
-    with monkeypatch.context() as mp:  # Ctrl-C in the repeated-random pass's first prompt
-        _fail_at(mp, interp.engine, "scan", 2, Interrupted(signal.SIGINT))
-        res = runner.invoke(app, ATLAS + ["--out", str(part)])
-    assert res.exit_code == 130, res.output
-    assert "partial: 2 of " in res.output and "--resume" in res.output and "Traceback" not in res.output
-    assert not (part / "atlas.csv").exists() and "Partial run: atlas stopped" in (part / "report.html").read_text()
-    pd.testing.assert_frame_equal(pd.read_csv(full / "heads.csv"), pd.read_csv(part / "heads.csv"), check_exact=True)
-    with monkeypatch.context() as mp:  # without --resume: refused before the model loads
-        _fail_at(mp, interp.models, "load_model", 0, AssertionError("the model must not load"))
-        res = runner.invoke(app, ATLAS + ["--out", str(part)])
-    assert res.exit_code == 2 and "--resume" in res.output and "--force" in res.output and len(res.output.strip().splitlines()) == 1
-    with monkeypatch.context() as mp:  # resumed: only the repeated-random prompts are scanned
-        _fail_at(mp, interp.engine, "scan", 2, AssertionError("the text pass is read back"))
-        res = runner.invoke(app, ATLAS + ["--out", str(part), "--resume"])
-    assert res.exit_code == 0, res.output
-    pd.testing.assert_frame_equal(pd.read_csv(full / "atlas.csv"), pd.read_csv(part / "atlas.csv"), check_exact=True)
-    assert "Partial run" not in (part / "report.html").read_text()
-    assert json.loads((part / "run.json").read_text())["complete"] is True
 
 
 def test_patch_resume_refuses_a_changed_pairs_file(tmp_path, monkeypatch):
