@@ -86,6 +86,8 @@ from analyses.p001_frayed.sink_beyond import MEASURES, prefix_means
 
 PES = ("rope", "rope-id")
 VERDICTS = ("reproduced", "in part", "not reproduced", "no sink formed")
+SUMMARY = ["pe", "measure", "length", "factor", "sink_heads", "prompts", "value", "value_lo", "value_hi", "change", "change_lo",
+           "change_hi", "state"]
 SETTINGS = ("train_length", "layers", "heads", "d_model", "steps", "batch", "lr", "corpus", "seed", "device")
 
 
@@ -194,7 +196,7 @@ def tables(means: dict[str, np.ndarray], args) -> dict[str, pd.DataFrame]:
                          "change": np.nan if c is None else float(c["change"]), "change_lo": np.nan if c is None else float(c["change_lo"]),
                          "change_hi": np.nan if c is None else float(c["change_hi"]),
                          "state": state(lo[k], hi[k]) if mm == "sink_weight" else ""})
-    summary = pd.DataFrame(rows)
+    summary = pd.DataFrame(rows, columns=SUMMARY)
     return {"heads": heads_df, "prompts": per_df, "summary": summary}
 
 
@@ -203,7 +205,7 @@ def verdict_rows(summary: pd.DataFrame, heads: pd.DataFrame, meta: dict[str, dic
     out = []
     for pe in meta:
         at_n = heads[(heads.pe == pe) & (heads.factor == 1)]
-        s = summary[(summary.pe == pe) & (summary.measure == "sink_weight")] if len(summary) else summary
+        s = summary[(summary.pe == pe) & (summary.measure == "sink_weight")]
         states = {int(r.factor): r.state for r in s.itertuples()}
         out.append({"pe": pe, "model_heads": len(at_n), "sink_heads": int(at_n.sink_head.sum()), **meta[pe],
                     "states": " ".join(f"{f}x:{states[f]}" for f in sorted(states)), "verdict": verdict(states, int(at_n.sink_head.sum())),
