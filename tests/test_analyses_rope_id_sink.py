@@ -6,6 +6,7 @@ from argparse import Namespace
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import interp
 from analyses.p001_frayed.rope_id_sink import main, state, sweep_prompts, tables, verdict
@@ -82,3 +83,18 @@ def test_verdict_words():
     assert verdict({1: "unclear", 2: "kept"}, 3) == "no sink formed"  # the sink does not replicate on the swept prompts
     assert verdict({}, 0) == "no sink formed"
     assert (state(0.31, 0.5), state(0.1, 0.29), state(0.2, 0.4)) == ("kept", "lost", "unclear")
+
+
+def test_bad_options_end_with_one_line_and_a_cpu_machine_runs_nothing(tmp_path, capsys):
+    """Shared with copy_finetune (analyses/benchmarks/_device.py): factors must start at 1 and increase; --device cuda
+    without a GPU is refused; full mode on a CPU machine (make_all's) says it needs a GPU and writes nothing."""
+    for argv, says in ((["--factors", "2,4"], "start at 1"), (["--factors", "1,x"], "whole multiples"),
+                       (["--device", "cuda"], "no CUDA GPU")):
+        if says == "no CUDA GPU" and torch.cuda.is_available():
+            continue
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--out", str(tmp_path)])
+        assert e.value.code == 2 and says in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["--out", str(tmp_path)]).empty and "sized for a CUDA GPU" in capsys.readouterr().out
+        assert not list(tmp_path.glob("*.csv"))

@@ -79,6 +79,7 @@ from interp.rope import RopeSpec, default_inv_freq
 from interp.rope.variants import Rope2D, newline_token_ids
 
 from analyses._common import one_thread, parser
+from analyses.benchmarks._device import length_factors, pick_device
 
 PES = ("rope", "rope2d")
 DISTRIBUTIONS = ("imbalanced", "recursive_flip")
@@ -351,23 +352,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if args.quick:
         args.model, args.steps, args.batch, args.train_max, args.factors = "tiny-llama", 20, 8, 8, "1,2"
         args.eval, args.boot, args.device, args.lr = 8, 200, "cpu", 1e-3
-    try:
-        args.factors = [int(f) for f in str(args.factors).split(",")]
-    except ValueError:
-        ap.error(f"--factors {args.factors}: give whole multiples of --train-max, e.g. 1,2,4,8")
-    if args.factors[0] != 1 or sorted(set(args.factors)) != args.factors:
-        ap.error(f"--factors {args.factors}: start at 1 (the fine-tuning range) and increase")
+    args.factors = length_factors(ap, args.factors, "--train-max (the fine-tuning range)")
     if args.train_max < 2 or args.steps < 1 or args.batch < 1 or args.eval < 2:
         ap.error("--train-max must be >= 2, --steps and --batch >= 1, --eval >= 2")
-    if args.device == "auto":
-        if not torch.cuda.is_available():
-            print("copy_finetune.py is sized for a CUDA GPU (bash analyses/benchmarks/device_check.sh copy_finetune); nothing run "
-                  "(--quick checks the script on a CPU, --device cpu runs it here in hours)")
-            return pd.DataFrame()
-        args.device = "cuda"
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        ap.error(f"--device {args.device}: this machine has no CUDA GPU; use --device cpu")
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not pick_device(ap, args, "copy_finetune"):
+        return pd.DataFrame()
     model = interp.load_model(args.model, device=args.device)
     try:
         fmt = CopyFormat.of(model.tokenizer)

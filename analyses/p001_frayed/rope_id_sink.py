@@ -80,6 +80,7 @@ from interp.lab import text_lm
 from interp.measures.sinks import SINK_EPS
 
 from analyses._common import one_thread, parser
+from analyses.benchmarks._device import length_factors, pick_device
 from analyses.p001_frayed.frayed_bootstrap import changes
 from analyses.p001_frayed.rope_id_lm import lab_config
 from analyses.p001_frayed.sink_beyond import MEASURES, prefix_means
@@ -237,29 +238,17 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if args.quick:
         args.train_length, args.layers, args.heads, args.d_model, args.steps, args.batch = 32, 2, 2, 32, 30, 8
         args.corpus, args.factors, args.select, args.prompts, args.boot, args.device = "pydoc", "1,2", 2, 3, 200, "cpu"
-    try:
-        args.factors = [int(f) for f in str(args.factors).split(",")]
-    except ValueError:
-        ap.error(f"--factors {args.factors}: give whole multiples of the training length, e.g. 1,2,4,8")
-    if args.factors[0] != 1 or sorted(set(args.factors)) != args.factors:
-        ap.error(f"--factors {args.factors}: start at 1 (the training length) and increase")
+    args.factors = length_factors(ap, args.factors, "the training length")
     if args.corpus not in text_lm.TEXT_CORPORA:
         ap.error(f"--corpus {args.corpus}: use {' or '.join(text_lm.TEXT_CORPORA)}")
     if args.d_model % args.heads or (args.d_model // args.heads) % 4:
         ap.error(f"--d-model {args.d_model} must split into --heads {args.heads} heads of a width divisible by 4 (RoPE-ID rotates half the planes)")
     if args.train_length < 24:
         ap.error(f"--train-length {args.train_length}: RoPE-ID's longest wavelength n / 2 must exceed its shortest (8 tokens); use 24 or more")
-    if args.device == "auto":
-        if not torch.cuda.is_available():
-            print("rope_id_sink.py is sized for a CUDA GPU (bash analyses/benchmarks/device_check.sh rope_id_sink); nothing run "
-                  "(--quick checks the script on a CPU, --device cpu runs it here in hours)")
-            return pd.DataFrame()
-        args.device = "cuda"
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        ap.error(f"--device {args.device}: this machine has no CUDA GPU; use --device cpu")
+    if not pick_device(ap, args, "rope_id_sink"):
+        return pd.DataFrame()
     args.models_dir = args.models_dir or Path(tempfile.mkdtemp(prefix="rope_id_sink-"))
     args.jobs = args.jobs or (len(PES) if args.device.startswith("cuda") else 1)
-    args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.jobs > 1:  # spawned processes: CUDA cannot be forked
         with ProcessPoolExecutor(min(args.jobs, len(PES)), mp_context=multiprocessing.get_context("spawn")) as pool:
