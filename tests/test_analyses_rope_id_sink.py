@@ -98,3 +98,20 @@ def test_bad_options_end_with_one_line_and_a_cpu_machine_runs_nothing(tmp_path, 
     if not torch.cuda.is_available():
         assert main(["--out", str(tmp_path)]).empty and "sized for a CUDA GPU" in capsys.readouterr().out
         assert not list(tmp_path.glob("*.csv"))
+
+
+def test_the_device_run_model_has_its_heads_and_rope_id_planes():
+    """The default GPU model: 8 heads of width 64 per layer (rope_id_lm's lab_config has 2), RoPE-ID rotating the 16
+    fastest of 32 planes at wavelengths 8..128 tokens (n / 2 for n = 256); the derived widths follow the head count."""
+    from analyses.p001_frayed.rope_id_sink import model_config
+    from interp.lab import LabForCausalLM
+    from interp.lab.model import lab_inv_freq
+
+    cfg = model_config("rope-id", Namespace(train_length=256, d_model=512, layers=4, heads=8))
+    assert (cfg.n_heads, cfg.proj_dim, cfg.head_dim, cfg.n_layers) == (8, 64, 64, 4)
+    f = lab_inv_freq(cfg)
+    rotated = f[f > 0]
+    assert len(f) == 32 and len(rotated) == 16
+    np.testing.assert_allclose(sorted((2 * np.pi / rotated).tolist())[::15], [8.0, 128.0], rtol=1e-5)
+    q = LabForCausalLM(cfg).model.layers[0].self_attn.q_proj
+    assert q.weight.shape == (512, 512)

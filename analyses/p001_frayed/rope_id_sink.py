@@ -87,6 +87,8 @@ from analyses.p001_frayed.sink_beyond import MEASURES, prefix_means
 
 PES = ("rope", "rope-id")
 VERDICTS = ("reproduced", "in part", "not reproduced", "no sink formed")
+CONFIG_FIELDS = ("vocab_size", "n_layers", "d_model", "d_mlp", "pe", "rope_base", "partial_fraction", "max_positions",
+                 "rope_id_wavelengths", "temperature_length")  # LabConfig's arguments but n_heads (derived widths are recomputed)
 SUMMARY = ["pe", "measure", "length", "factor", "sink_heads", "prompts", "value", "value_lo", "value_hi", "change", "change_lo",
            "change_hi", "state"]
 SETTINGS = ("train_length", "layers", "heads", "d_model", "steps", "batch", "lr", "corpus", "seed", "device")
@@ -95,7 +97,7 @@ SETTINGS = ("train_length", "layers", "heads", "d_model", "steps", "batch", "lr"
 def model_config(pe: str, args) -> LabConfig:
     """``rope_id_lm.lab_config`` of ``pe`` at ``args.train_length`` with ``args.heads`` heads per layer (it has two)."""
     cfg = lab_config(pe, args.train_length, args.d_model, args.layers)
-    return LabConfig.from_dict({**cfg.to_dict(), "n_heads": args.heads})
+    return LabConfig(**{k: getattr(cfg, k) for k in CONFIG_FIELDS}, n_heads=args.heads)
 
 
 def sweep_prompts(test: np.ndarray, args) -> torch.Tensor:
@@ -216,7 +218,7 @@ def verdict_rows(summary: pd.DataFrame, heads: pd.DataFrame, meta: dict[str, dic
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    ap = parser(__doc__, "width 32, 2 layers, n = 32, 30 steps on pydoc, 2 + 3 prompts at 1x and 2x, on the CPU (seconds)")
+    ap = parser(__doc__, "width 32 (4 heads), 2 layers, n = 32, 30 steps on pydoc, 2 + 3 prompts at 1x and 2x, on the CPU (seconds)")
     ap.add_argument("--train-length", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=8)
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--models-dir", type=Path, default=None, help="where the trained models are saved (default: a temporary folder)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.train_length, args.layers, args.heads, args.d_model, args.steps, args.batch = 32, 2, 2, 32, 30, 8
+        args.train_length, args.layers, args.heads, args.d_model, args.steps, args.batch = 32, 2, 4, 32, 30, 8
         args.corpus, args.factors, args.select, args.prompts, args.boot, args.device = "pydoc", "1,2", 2, 3, 200, "cpu"
     args.factors = length_factors(ap, args.factors, "the training length")
     if args.corpus not in text_lm.TEXT_CORPORA:
