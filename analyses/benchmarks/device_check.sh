@@ -28,9 +28,9 @@
 #              chosen on 8 held-out windows, their sink weight with and without RoPE swept on 16 others at 1x-8x the
 #              training length with bootstrap intervals, and the verdict (no zoo file; estimated 4-5 minutes, not yet timed);
 #   copy_finetune  claim 000f: analyses/p000_copy/copy_finetune.py, SmolLM2-135M fine-tuned twice (RoPE kept, 2D-RoPE
-#              through the rope site) for 600 steps of 64 Imbalanced strings of 1-256 bits (000 Table 5's protocol at lr
+#              through the rope site) for 400 steps of 64 Imbalanced strings of 1-256 bits (000 Table 5's protocol at lr
 #              5e-5), exact match on Imbalanced and Recursive-Flip at 1x-8x with paired intervals (needs the SmolLM2 zoo
-#              file; estimated 4 minutes, not yet timed).
+#              file; estimated 3-4 minutes, not yet timed; the tables are written after each model).
 # Each step prints its own lines; the tables land in $OUT (default figures/). The scan and effects steps need no zoo
 # file (random weights). Provenance names the session's starting commit: check it against the tree that ran (the
 # device copies the working tree, not the git history).

@@ -28,7 +28,7 @@ strings and templates for both models; 95% percentile bootstrap intervals over s
 
 Where this differs from 000: 135M parameters, not 1.4B; 2D-RoPE swapped in at fine-tuning on RoPE-pretrained weights
 (000 pretrains each model with its own encoding: here the model must adapt in the fine-tuning itself); ``--steps``
-(600) steps of 64 strings (38K examples, not 200K) of 1..``--train-max`` (256) bits, not 1K, so the tests at
+(400) steps of 64 strings (26K examples, not 200K) of 1..``--train-max`` (256) bits, not 1K, so the tests at
 256-2048 bits are 1x-8x the fine-tuning length as 000's 1K-8K, but they stay inside SmolLM2's 8192-token pretraining
 context (000's 8K strings are 8x its 2K context); bf16 autocast on a GPU; one seed. The script's ``verdict``:
 ``reproduced`` (the difference's interval lies above 0 at every length beyond ``L``, both distributions), ``in
@@ -38,18 +38,19 @@ them" level). The claims table reads a ``reproduced`` here as "reproduced in par
 
 **Size.** Sized for one device call of at most 8 minutes on an H100 (``device_check.sh copy_finetune``, not yet timed).
 A step of 64 strings pads to about 550 tokens (35K tokens); at about 0.8 GFLOP per token for SmolLM2-135M
-(6 x 106M non-embedding parameters, the tied head on the targets only, attention at 550 tokens) that is 28 TFLOP; at an
-assumed 200 TFLOP/s in bf16 (a fifth of the H100's peak: width 576 keeps the matmuls small; the project's measured
-Llama-3.1-8B forward reaches 530 TFLOP/s, ``figures/gpu_scan.csv``) about 0.14 s per step, so 2 x 600 steps take
-about 3 minutes; the tests (2 x 1.2M tokens of forward) and the one model load (both fine-tunings start from a copy
-of its weights) well under one more.
+(6 x 106M non-embedding parameters, the tied head on the targets only, attention at 550 tokens) that is 28 TFLOP. At
+an assumed 200 TFLOP/s in bf16 (a fifth of the H100's peak: width 576 keeps the matmuls small; the project's measured
+Llama-3.1-8B forward reaches 530 TFLOP/s, ``figures/gpu_scan.csv``) a step takes 0.14 s; at a pessimistic 150K tokens
+per second (plain transformers, no fused kernels) 0.23 s. So the 2 x 400 steps take 2 to 3 minutes; the tests (2 x
+1.2M tokens of forward) and the one model load (both fine-tunings start from a copy of its weights) well under one
+more. The tables are written after each model, so a run stopped by the step's time limit keeps the RoPE model's.
 
 Writes ``copy_finetune_strings.csv`` (``pe, distribution, factor, length, template, correct``), ``copy_finetune.csv``
 (``pe`` = rope, rope2d or ``rope2d-rope`` (the paired difference), ``distribution, factor, length_lo, length_hi,
 strings, exact_match, lo, hi``) and ``copy_finetune_verdict.csv`` (``verdict``, each model's in-range exact match,
 final loss and training seconds, the settings).
 
-    python -m analyses.p000_copy.copy_finetune [--model smollm2-135m] [--steps 600] [--batch 64] [--lr 5e-5]
+    python -m analyses.p000_copy.copy_finetune [--model smollm2-135m] [--steps 400] [--batch 64] [--lr 5e-5]
         [--train-max 256] [--factors 1,2,4,8] [--eval 100] [--rope2d-base 1000] [--device auto] [--quick] [--out DIR]
 
 Full mode needs a CUDA GPU unless ``--device cpu`` is given; ``--quick`` (tiny-llama, 8-bit strings, 20 steps)
@@ -337,7 +338,7 @@ def verdict(summary: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, strings of 1-8 bits, 20 steps of 8, tests at 1x and 2x, on the CPU (seconds)")
     ap.add_argument("--model", default="smollm2-135m", help="a zoo model with one token per bit and d_head divisible by 4")
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--batch", type=int, default=64, help="strings per step (000: 64)")
     ap.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (000's main value)")
     ap.add_argument("--train-max", type=int, default=256, help="longest fine-tuning string, bits (000: 1K tokens)")
@@ -374,15 +375,15 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         per += [{"pe": pe, "string": i, "distribution": t["distribution"], "factor": t["factor"], "length_lo": t["length_lo"],
                  "length_hi": t["length_hi"], "length": len(t["bits"]), "template": t["template"], "correct": bool(c)}
                 for i, (t, c) in enumerate(zip(tests, correct))]
-    strings = pd.DataFrame(per)
-    summary = summarise(strings, args.boot)
+        strings = pd.DataFrame(per)  # written after each model: a run stopped by its time limit keeps the first
+        summary = summarise(strings, args.boot)
+        strings.to_csv(args.out / "copy_finetune_strings.csv", index=False)
+        summary.to_csv(args.out / "copy_finetune.csv", index=False)
     s = summary.set_index(["pe", "distribution", "factor"])
     row = {"verdict": verdict(summary), "claim": "000f", "in_range": IN_RANGE, "newline_ids": len(newline_ids),
            **{f"{pe}_{k}": v for pe in PES for k, v in meta[pe].items()},
            **{f"{pe}_in_range": float(s.loc[(pe, "imbalanced", 1), "exact_match"]) for pe in PES},
            **{k: getattr(args, k) for k in SETTINGS}}
-    strings.to_csv(args.out / "copy_finetune_strings.csv", index=False)
-    summary.to_csv(args.out / "copy_finetune.csv", index=False)
     out = pd.DataFrame([row])
     out.to_csv(args.out / "copy_finetune_verdict.csv", index=False)
     print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
