@@ -137,6 +137,7 @@ def patch(
 
     import pandas as pd
 
+    from interp.engine.executor import ModelSpec, workers_for
     from interp.experiments.path_patching import path_patch
     from interp.experiments.patching import attribution_patch_heads, naive_patch_heads, patch_heads
     from interp.models import load_model
@@ -156,14 +157,13 @@ def patch(
         if senders is not None:
             fn, kw = (lambda m_, got_, cfg_, progress: path_patch(m_, got_, senders, cfg_, progress=progress)), {}
         elif executor == "ray":
-            from interp.engine.executor import ModelSpec
             from interp.experiments.sharded import patch_on_workers
 
             def fn(_m, got_, cfg_, progress):  # each worker loads its own copy of the model
-                return patch_on_workers(ModelSpec(model, device, dtype), got_, cfg_, workers=workers, address=address,
-                                        retries=retries)
-        try:
-            with interruptible():
+                return patch_on_workers(spec, got_, cfg_, actors=actors)
+        spec = ModelSpec(model, device, dtype)
+        try:  # Ray workers started before the signal handlers (ray.init sets its own SIGTERM handler)
+            with workers_for(spec, executor, workers, address, retries) as actors, interruptible():
                 res = fn(m, got, cfg, progress=True, **kw)
         except Interrupted as err:  # --method naive / attribution, --paths, Ray: nothing kept to write
             stop(err, 0, n_layers, "layers", out)

@@ -159,3 +159,27 @@ def test_effects_on_ray_keep_layer_units_stop_on_sigterm_and_resume(actors, tmp_
     res = CliRunner().invoke(app, args[:-4] + ["--out", str(local), "--resume"])
     assert res.exit_code == 0, res.output
     pd.testing.assert_frame_equal(pd.read_csv(full / "effects.csv"), pd.read_csv(local / "effects.csv"), atol=2e-5, rtol=1e-4)
+
+
+def test_patch_on_ray_sigterm_after_ray_init_exits_143(tmp_path, monkeypatch):
+    """``interp patch --executor ray`` starting Ray itself (ray.init sets a SIGTERM handler that exits the process with
+    no message): a SIGTERM while the chunks run still reaches the command's handler, so it exits 143 with the partial
+    line (a Ray patch run keeps no units: nothing written) and no traceback."""
+    from typer.testing import CliRunner
+
+    import interp.experiments.sharded as sharded
+    from interp.cli import app
+
+    ray.shutdown()  # the command starts its own cluster, as from a shell
+    orig = sharded._gather
+
+    def gather(*a, **kw):  # the driver, about to wait for the chunks
+        os.kill(os.getpid(), signal.SIGTERM)
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(sharded, "_gather", gather)
+    res = CliRunner().invoke(app, ["patch", "tiny-llama", "--task", "induction", "--n-pairs", "4", "--bootstrap", "0",
+                                   "--executor", "ray", "--workers", "1", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 143, res.output
+    assert "partial: 0 of 2 layers" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "p" / "patch.csv").exists()
