@@ -69,6 +69,9 @@ def test_kv_budget_quick(tmp_path):
         assert r.kv_saved == pytest.approx(r.kv_heads_streamed / 4 * (96 - 68) / 96)
         assert r.dnll_lo <= r.dnll + 1e-12 <= r.dnll_hi + 2e-12 and r.recall_lo <= r.recall + 1e-12
     assert (tmp_path / "kv_budget_curves.html").exists()
+    # each model's column names its loss and needle lengths (they differ between models in the committed run)
+    titles = [a.text for a in mod.figure(c).layout.annotations]
+    assert titles == ["tiny-llama<br>loss 96 tokens, needles 256 tokens"]
     s = pd.read_csv(tmp_path / "kv_budget_summary.csv").set_index("order")
     assert (s["attention"] == "GQA").all() and (s["duo_streamed_share"] == 0.5).all()
     # the effects order stays inside its own interval at every share, by construction of the criterion

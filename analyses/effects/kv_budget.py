@@ -222,7 +222,14 @@ def figure(c: pd.DataFrame):
     from plotly.subplots import make_subplots
 
     models = list(dict.fromkeys(c["model"]))
-    fig = make_subplots(rows=2, cols=len(models), subplot_titles=models, shared_xaxes=True)
+
+    def title(m: str) -> str:  # the lengths differ between models: name them over each column
+        d = c[c["model"] == m]
+        said = [f"{what} {int(d[col].max())} tokens" for what, col in (("loss", "loss_tokens"), ("needles", "niah_length"))
+                if d[col].notna().any()]
+        return f"{m}<br>{', '.join(said)}" if said else m
+
+    fig = make_subplots(rows=2, cols=len(models), subplot_titles=[title(m) for m in models], shared_xaxes=True)
     colours = {"geometric": "#0072B2", "effects": "#000000", "distant_mass": "#009E73", "kvpress": "#D55E00",
                "random": "#999999"}
     for col, m in enumerate(models, start=1):
