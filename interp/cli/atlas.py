@@ -12,9 +12,10 @@ from rich.markup import escape
 
 from interp.cli.common import (
     BLOCK_SIZE, DEVICE, DTYPE, ENGINE, MODEL, PROMPTS, SEED, TOKENS, app, check_before_load, check_paths, console, fail,
-    float_list, int_list, plural, show_table,
+    float_list, int_list, show_table,
 )
-from interp.cli.longrun import FORCE, RESUME, Interrupted, interruptible, model_identity, open_run, scan_units, stop
+from interp.cli.longrun import (FORCE, RESUME, Interrupted, RunDir, interruptible, model_identity, open_run, scan_units,
+                                 stop)
 from interp.errors import ConfigError, InterpError
 
 
