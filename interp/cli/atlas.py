@@ -51,7 +51,9 @@ def atlas(
     resume: bool = RESUME,
     force: bool = FORCE,
 ) -> None:
-    """Head atlas: what every head does. Runs a text pass and a repeated-random pass of the same size (and with --retrieval
+    """Head atlas: what every head does (SDH, sink, previous-token, duplicate-token, induction, echo, streaming, retrieval).
+
+    Runs a text pass and a repeated-random pass of the same size (and with --retrieval
     the needle-in-a-haystack pass) and labels every head: SDH, sink, previous-token, duplicate-token, induction, echo,
     streaming, retrieval. Writes atlas.csv (one row per head, every score, role flags; text-pass token scores
     prev_token_score, duplicate_token_score, induction_score; repeated-random rr_prev_token_score,

@@ -48,7 +48,9 @@ def effects(
     resume: bool = RESUME,
     force: bool = FORCE,
 ) -> None:
-    """Causal head effects: next-token NLL change (with a 95% bootstrap interval over prompts) and KL when each head is
+    """Causal head effects: how much the next-token loss rises when each head is zeroed, mean-ablated, streamed or unrotated.
+
+    Next-token NLL change (with a 95% bootstrap interval over prompts) and KL when each head is
     zeroed, mean-ablated, restricted to DuoAttention's A-shape (streaming) or has RoPE planes unrotated; --method
     attribution gives the linearised zero / mean effects (Nanda 2023; Syed et al. 2023) from one backward pass.
 

@@ -82,7 +82,9 @@ def patch(
     resume: bool = RESUME,
     force: bool = FORCE,
 ) -> None:
-    """Activation patching: which heads carry a behaviour. Per head, the corrupt prompt runs with the head's output
+    """Activation patching: which heads carry a behaviour, from a clean and a corrupted run (per head, position, path).
+
+    Per head, the corrupt prompt runs with the head's output
     taken from the clean run (denoise; noise: the reverse); recovered = (mean LD patched - mean LD corrupt) / (mean LD
     clean - mean LD corrupt), LD = logit of the answer minus logit of the wrong token at the last position, with a 95% bootstrap interval
     over pairs (Wang et al. 2022; Heimersheim and Nanda 2024). --method attribution: Nanda 2023's first-order

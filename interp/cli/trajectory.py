@@ -37,7 +37,9 @@ def trajectory(
     resume: bool = RESUME,
     force: bool = FORCE,
 ) -> None:
-    """Scan every checkpoint of a training run on the same probe prompts: one row per (checkpoint, layer, head) with
+    """Scan every checkpoint of a training run on the same probe prompts: every measure of every head against step.
+
+    One row per (checkpoint, layer, head) with
     every enabled measure (token-matched scores and entropy are on by default), and a page with each measure against
     step for every head, coloured by its role at the last checkpoint.
 

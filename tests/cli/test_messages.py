@@ -218,3 +218,15 @@ def test_every_options_help_is_shown_whole():
         for p in command.params:
             if getattr(p, "help", None):
                 assert "".join(p.help.split()) in shown, (name, p.name, p.help)
+
+
+def test_every_command_has_a_one_line_summary():
+    """``interp --help`` lists each command with its docstring's first paragraph (typer's rule): that paragraph is a
+    summary of at most two lines, the details after a blank line (they show in ``interp COMMAND --help``)."""
+    import inspect
+
+    import typer
+
+    for name, command in typer.main.get_command(app).commands.items():
+        first = inspect.cleandoc(command.help or "").split("\n\n")[0].replace("\n", " ")
+        assert 20 <= len(first) <= 160, (name, len(first), first)
