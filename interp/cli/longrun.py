@@ -244,13 +244,11 @@ def stop(err: Interrupted, done: int, total: int, what: str, out: Path) -> None:
 
 def keep_units(run: RunDir, names: Sequence[str], compute: Callable[[list[str]], Iterable[tuple[str, object]]],
                load: Callable[[Path], object], save: Callable[[Path, object], object], bar=None) -> tuple[dict, Interrupted | None]:
-    """The loop of a long run's units, whoever computes them: each unit of ``names`` already finished in ``run`` is
-    read back (``load(path)``; one that cannot be read, ``OSError`` / ``InterpError``, is redone), then
-    ``compute(todo)`` yields ``(name, result)`` for the others in any order (this process in turn, or Ray workers as
-    they finish: ``interp.engine.executor.as_completed``), and each is saved (``save(path, result)``, atomically) and
-    read back, so a fresh run merges what a resumed one reads. SIGINT / SIGTERM (``interruptible``) end the loop after
-    the last finished unit; a signal between a unit's rename and its read-back still counts that unit (it is on disk,
-    as ``--resume`` would find it). ``bar``: a tqdm bar, advanced once per finished unit.
+    """``interp.experiments.units.keep_units`` on ``run``'s units, with SIGINT / SIGTERM (``interruptible``) ending the
+    loop after the last finished unit: each unit of ``names`` already finished in ``run`` is read back, the others
+    computed (``compute(todo)`` yields ``(name, result)`` in any order), saved atomically and read back; a signal
+    between a unit's rename and its read-back still counts that unit. ``bar``: a tqdm bar, advanced once per finished
+    unit.
 
     Returns:
         ``({name: result} of the finished units in ``names``' order, Interrupted or None)``.
@@ -258,33 +256,10 @@ def keep_units(run: RunDir, names: Sequence[str], compute: Callable[[list[str]],
     Raises:
         InterpError: from ``compute`` (the engine; a Ray call past its retries).
     """
-    got: dict = {}
-    stopped, pending = None, None
-    try:
-        with interruptible():
-            for name in names:
-                if run.unit(name).exists():
-                    try:
-                        got[name] = load(run.unit(name))
-                    except (OSError, InterpError):
-                        continue  # a damaged unit is redone
-                    if bar is not None:
-                        bar.update(1)
-            for name, res in compute([n for n in names if n not in got]):
-                pending = name
-                save(run.unit(name), res)
-                got[name] = load(run.unit(name))
-                pending = None
-                if bar is not None:
-                    bar.update(1)
-    except Interrupted as err:
-        stopped = err
-        try:  # stopped after the unit's rename, before its read-back: the unit is finished, so it counts
-            if pending is not None and run.unit(pending).exists():
-                got[pending] = load(run.unit(pending))
-        except (OSError, InterpError):
-            pass
-    return {n: got[n] for n in names if n in got}, stopped
+    from interp.experiments.units import keep_units as keep
+
+    with interruptible():
+        return keep(run.units_dir, names, compute, load, save, bar, stop_on=(Interrupted,))
 
 
 def scan_units(run: RunDir, model, prompts, ids, cfg, meta: dict, engine: str, kind: str, beyond_context: bool = False,

@@ -44,7 +44,7 @@ GQA mapping ``h -> h // (n_heads / n_kv_heads)``, the sliding window; a sliding 
 last ``K`` positions, so cache slot ``m`` is absolute position ``pos - (K - 1) + m``); the layer's output is the
 model's normal attention. The tests hold these rows to the materialised pattern of the whole sequence.
 
-Imports ``interp.hooks``, ``interp.attention``, ``interp.corpus``, ``interp.errors``.
+Imports ``interp.hooks``, ``interp.attention``, ``interp.corpus``, ``interp.errors``, ``interp.experiments.units``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from jaxtyping import Float, Int
 
 from interp.attention import expand_kv
 from interp.errors import ConfigError, PromptError, ShapeError
-from interp.io import write_atomic
+from interp.experiments.units import keep_units, read_pickle, write_pickle
 
 SOURCE = "Wu et al. 2024 (arXiv 2404.15574), nightdessert/Retrieval_Head retrieval_head_detection.py"
 QUESTION = "\nBased on the content of the document, Question: {question}\nAnswer:"
@@ -449,10 +449,11 @@ def run_retrieval(model, cfg: RetrievalConfig = RetrievalConfig(), *, progress: 
     """Run the grid (lengths x depths x needles), greedy decode each prompt, and score every head.
 
     ``store``: a folder keeping each finished trial (``trial-LLLLLL-DDDDD-NNNN.pkl``: its ``trials`` row and its
-    ``[layer, head]`` copy hits, written atomically) from which finished trials are read back instead of decoded
-    (``interp retrieval --resume``; each trial depends only on its length, depth and needle). ``stop_on``: exception
-    types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early: the trial in flight is dropped and the
-    result covers the finished trials, with ``meta["partial"] = "K of N trials"`` and ``stopped`` set.
+    ``[layer, head]`` copy hits, written atomically and read back) from which finished trials are read back instead of
+    decoded (``interp retrieval --resume``; each trial depends only on its length, depth and needle;
+    ``interp.experiments.units.keep_units``). ``stop_on``: exception types (e.g. ``interp.cli.longrun.Interrupted``)
+    that end the run early: the trial in flight is dropped (one stopped after its unit's rename counts) and the result
+    covers the finished trials, with ``meta["partial"] = "K of N trials"`` and ``stopped`` set.
 
     Raises:
         ConfigError: a bad config (``RetrievalConfig.check``). PromptError: a length too short for needle and question.
@@ -462,24 +463,20 @@ def run_retrieval(model, cfg: RetrievalConfig = RetrievalConfig(), *, progress: 
     t0 = time.perf_counter()
     hay = _Haystack(model)
     stop = _stopper(model, cfg)
-    rows, scores, gated = [], [], []
-    stopped: BaseException | None = None
-    try:
-        for length, depth, n in ((a, b, k) for a in cfg.lengths for b in cfg.depths for k in range(cfg.needles)):
-            unit = (Path(store) / f"trial-{length:06d}-{round(depth * 10_000):05d}-{n:04d}.pkl") if store is not None else None
-            try:
-                got = pd.read_pickle(unit) if unit is not None and unit.exists() else None
-            except Exception:  # noqa: BLE001 - a damaged unit is redone
-                got = None
-            if got is None:
-                got = _trial(model, hay, stop, length, depth, n, cfg, progress, log)
-                if unit is not None:
-                    write_atomic(unit, lambda tmp: pd.to_pickle(got, tmp))
-            rows.append(got["row"])
-            scores.append(torch.as_tensor(got["hits"]))
-            gated.append(got["row"]["retrieved"])
-    except stop_on as err:
-        stopped = err
+    trials = [(a, b, k) for a in cfg.lengths for b in cfg.depths for k in range(cfg.needles)]
+    names = [f"trial-{a:06d}-{round(b * 10_000):05d}-{k:04d}.pkl" for a, b, k in trials]
+    grid = dict(zip(names, trials))
+
+    def compute(todo: list[str]):
+        for name in todo:
+            yield name, _trial(model, hay, stop, *grid[name], cfg, progress, log)
+
+    got, stopped = keep_units(Path(store) if store is not None else None, names, compute, read_pickle, write_pickle,
+                              stop_on=stop_on)
+    done = [got[n] for n in names if n in got]  # a depth given twice: its trial twice, as the grid has it
+    rows = [g["row"] for g in done]
+    scores = [torch.as_tensor(g["hits"]) for g in done]
+    gated = [r["retrieved"] for r in rows]
     n_all = len(cfg.lengths) * len(cfg.depths) * cfg.needles
     meta = {"model": c.name, "source": SOURCE}
     if stopped is not None:

@@ -310,44 +310,43 @@ def checkpoint_trajectory(checkpoints: Sequence[Checkpoint], probes: torch.Tenso
             same tokens.
         progress: a tqdm bar over checkpoints.
         store: a folder keeping each finished checkpoint's rows (``checkpoint-KKKKK.pkl``, K its index in
-            ``checkpoints``, written atomically) from which finished ones are read back instead of loaded and scanned
-            (``interp trajectory --resume``; pickled, so the rows read back are the rows written).
+            ``checkpoints``, written atomically and read back) from which finished ones are read back instead of loaded
+            and scanned (``interp trajectory --resume``; pickled, so the rows read back are the rows written;
+            ``interp.experiments.units.keep_units``).
         stop_on: exception types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early: the checkpoint in
-            flight is dropped, the frame holds the finished checkpoints' rows, ``attrs["partial"]`` is ``"K of N
-            checkpoints"`` and ``attrs["stopped"]`` the exception.
+            flight is dropped (one stopped after its unit's rename counts), the frame holds the finished checkpoints'
+            rows, ``attrs["partial"]`` is ``"K of N checkpoints"`` and ``attrs["stopped"]`` the exception.
 
     Raises:
         InterpError: a damaged checkpoint (as ``interp.models.load_model``) or bad probes (as ``interp.engine.scan``).
     """
     from tqdm.auto import tqdm
 
-    from interp.io import write_atomic
+    from interp.experiments.units import keep_units, read_pickle, write_pickle
     from interp.models import load_model
 
     cks = list(checkpoints)
-    frames, ids, stopped = [], probes if isinstance(probes, torch.Tensor) else None, None
+    names = [f"checkpoint-{k:05d}.pkl" for k in range(len(cks))]
+    by_name = dict(zip(names, cks))
+    ids = {"probes": probes if isinstance(probes, torch.Tensor) else None}
+
+    def compute(todo: list[str]):
+        for name in todo:
+            ck = by_name[name]
+            model = load_model(f"local:{ck.path}", device=device)
+            if ids["probes"] is None:
+                ids["probes"] = probes(model)
+            rows = scan_rows(model, ids["probes"], config, step=ck.step, revision=ck.label, engine=engine)
+            del model
+            yield name, rows
+
     bar = tqdm(total=len(cks), desc="trajectory", unit="checkpoint", disable=not progress)
     try:
-        for k, ck in enumerate(cks):
-            unit = Path(store) / f"checkpoint-{k:05d}.pkl" if store is not None else None
-            try:
-                rows = pd.read_pickle(unit) if unit is not None and unit.exists() else None
-            except Exception:  # noqa: BLE001 - a damaged unit is redone
-                rows = None
-            if rows is None:
-                model = load_model(f"local:{ck.path}", device=device)
-                if ids is None:
-                    ids = probes(model)
-                rows = scan_rows(model, ids, config, step=ck.step, revision=ck.label, engine=engine)
-                del model
-                if unit is not None:
-                    write_atomic(unit, rows.to_pickle)
-            frames.append(rows)
-            bar.update(1)
-    except stop_on as err:
-        stopped = err
+        got, stopped = keep_units(Path(store) if store is not None else None, names, compute, read_pickle, write_pickle,
+                                  bar, stop_on=stop_on)
     finally:
         bar.close()
+    frames = list(got.values())
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if stopped is not None:
         out.attrs.update(partial=f"{len(frames)} of {len(cks)} checkpoints", stopped=stopped)

@@ -478,3 +478,24 @@ def test_signal_after_a_layer_units_rename_counts_that_layer(tmp_path, monkeypat
     assert res.exit_code == 143 and "partial: 1 of 2 layers" in res.output, res.output
     table = pd.read_csv(tmp_path / "o" / f"{command}.csv")
     assert set(table["layer"]) == {0}
+
+
+@pytest.mark.parametrize("name", ["retrieval", "trajectory"])
+def test_signal_at_a_pickled_units_read_back_counts_that_unit(name, inputs, tmp_path, monkeypatch):
+    """SIGINT / SIGTERM between the rename and the read-back of the second trial's / checkpoint's unit
+    (``interp.experiments.units.keep_units``): the unit is on disk, so the partial tables count it, as --resume would."""
+    case, orig, calls = CASES[name], pd.read_pickle, {"n": 0}
+
+    def read(path, *a, **kw):
+        if Path(path).parent.name == "units":
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise Interrupted(case.signum)
+        return orig(path, *a, **kw)
+
+    monkeypatch.setattr(pd, "read_pickle", read)
+    out = tmp_path / "o"
+    res = runner.invoke(app, case.args(inputs) + ["--out", str(out)])
+    assert res.exit_code == 128 + case.signum and "partial: 2 of 3 " in res.output, res.output
+    assert len(RunDir(out, name, {}).finished()) == 2
+    case.check(out, None)
