@@ -53,7 +53,8 @@ def ablate(
 
     Each finished prompt's state goes into OUT/units as the scan runs (on Ray too): --resume continues an
     interrupted run, Ctrl-C / SIGTERM write partial tables from the finished prompts and exit 130 / 143 (during
-    --causal: the scan's tables complete, the causal tables not written).
+    --causal: the scan's tables complete, the causal tables not written; each finished band of the causal ablation
+    is kept in OUT/units too, and read back on --resume).
     """
     check_measures(measure)
     t_start = time.perf_counter()
@@ -74,7 +75,7 @@ def ablate(
                 "dtype": dtype, "engine": engine}
     run = open_run(out, "ablate", settings, resume, force)
     stopped: Interrupted | None = None
-    causal_cut = False
+    causal_cut, causal_done = False, 0
 
     from interp import corpus as corpus_mod
     from interp.experiments.ablation import band_ablation_table, band_variants, causal_ablation, ratio_summary
@@ -98,9 +99,12 @@ def ablate(
         if causal and stopped is None:
             try:
                 with interruptible():
-                    cause = causal_ablation(m, p, variants, chosen, cfg, progress=True, baseline=result)
-            except Interrupted as err:
+                    cause = causal_ablation(m, p, variants, chosen, cfg, progress=True, baseline=result,
+                                            store=run.units_dir, stop_on=(Interrupted,), engine=engine)
+            except Interrupted as err:  # during the unmodified model's NLL
                 stopped, causal_cut = err, True
+            if cause is not None and cause.stopped is not None:
+                stopped, causal_cut, causal_done, cause = cause.stopped, True, len(cause.summary), None
         t_causal = time.perf_counter() - t_causal
     except (InterpError, ValueError) as err:
         fail(err)
@@ -124,7 +128,8 @@ def ablate(
                   f"{plural(len(variants), 'counterfactual variant')} {result.meta['seconds']:.1f} s{causal_s}, "
                   f"total {time.perf_counter() - t_start:.1f} s wall; wrote {out}/band_ablation.csv and {out}/report.html", soft_wrap=True)
     if causal_cut:
-        console.print("the causal ablation was cut off: causal_ablation.csv and causal_heads.csv not written", soft_wrap=True)
+        console.print(f"the causal ablation was cut off after {causal_done} of {plural(len(variants), 'band')} (the finished "
+                      f"ones are kept): causal_ablation.csv and causal_heads.csv not written", soft_wrap=True)
         stop(stopped, len(p), len(p), "prompts", out)
     if stopped is not None:
         stop(stopped, result.meta["prompts"], len(p), "prompts", out)

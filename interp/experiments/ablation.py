@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -95,15 +96,20 @@ class CausalAblation:
         heads: one row per (variant, layer, head): ``band, layer, head, delta`` (the head's original best short
             lag), ``slash_original``, ``slash``, ``delta_slash``, ``sink_original``, ``sink``, ``delta_sink``.
         baseline: the scan of the unmodified model.
+        stopped: the exception of ``causal_ablation(stop_on=...)`` that stopped the run early (``summary`` and
+            ``heads`` then hold the finished variants only), else None.
     """
 
     summary: pd.DataFrame
     heads: pd.DataFrame
     baseline: ScanResult
+    stopped: BaseException | None = None
 
 
 def causal_ablation(model: LoadedModel, prompts, variants: Iterable[RopeVariant], layers: Iterable[int] | None = None,
-                    config: ScanConfig | None = None, *, progress: bool = False, baseline: ScanResult | None = None) -> CausalAblation:
+                    config: ScanConfig | None = None, *, progress: bool = False, baseline: ScanResult | None = None,
+                    store: str | Path | None = None, stop_on: tuple[type[BaseException], ...] = (),
+                    engine: str = "auto") -> CausalAblation:
     """Run the model with each variant in ``layers`` (default all) and measure NLL, slash scores and sinks.
 
     Per variant: one forward with the LM head per prompt for the NLL and one scan of the intervened model
@@ -112,32 +118,66 @@ def causal_ablation(model: LoadedModel, prompts, variants: Iterable[RopeVariant]
     used here); otherwise one is run. The model is restored after every variant. With ``progress``, each
     variant's scan shows its tqdm bar, preceded by a line naming the variant and followed by one with its
     wall time (stderr).
+
+    Args:
+        store: a folder keeping each finished variant (``causal-band-KK.pkl``, K its index in ``variants``: its
+            summary row and its per-head rows, written atomically and read back; ``interp.experiments.units``),
+            from which finished variants are read back instead of run (``interp ablate --causal --resume``). The
+            unmodified model's NLL is recomputed (one forward per prompt), so the tables equal an uninterrupted run's.
+        stop_on: exception types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early: the variant in
+            flight is dropped (one stopped after its unit's rename counts) and ``stopped`` is set.
+        engine: the scans' engine (``interp.engine.scan``; ``"python"`` is bit-for-bit repeatable, the fused CPU
+            kernel's threads differ run to run at float rounding).
+
+    Raises:
+        InterpError: from the scan (bad prompts) or the intervention (a layer outside the model).
     """
+    from interp.experiments.units import keep_units, read_pickle, write_pickle
+
     cfg = replace(config or ScanConfig(), variants=())
     layers = None if layers is None else sorted(set(layers))
-    base = baseline if baseline is not None else scan(model, prompts, cfg, progress=progress)
+    base = baseline if baseline is not None else scan(model, prompts, cfg, progress=progress, engine=engine)
     bh = base.heads
     nll0 = mean_nll(model, prompts)
     lidx, hidx = bh["layer"].to_numpy(), bh["head"].to_numpy()
     d = bh["slash_delta"].fillna(0).to_numpy().astype(int)
-    summary, per_head = [], []
     variants = list(variants)
-    for k, v in enumerate(variants):
-        t0 = time.perf_counter()
-        if progress:
-            print(f"causal ablation {v.name} ({k + 1} of {len(variants)}): next-token NLL, then a scan of the intervened model",
-                  file=sys.stderr, flush=True)
-        with rope_intervention(model, v, layers):
-            nll = mean_nll(model, prompts)
-            res = scan(model, prompts, cfg, progress=progress)
-        if progress:
-            print(f"causal ablation {v.name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-        summary.append({"band": v.name, "layers": "all" if layers is None else ",".join(map(str, layers)),
-                        "nll_original": nll0, "nll": nll, "delta_nll": nll - nll0})
-        s = res.scores.numpy()[lidx, hidx, d]
-        rh = res.heads
-        per_head.append(pd.DataFrame({
-            "band": v.name, "layer": lidx, "head": hidx, "delta": d, "slash_original": bh["slash_score"].to_numpy(), "slash": s,
-            "delta_slash": s - bh["slash_score"].to_numpy(), "sink_original": bh["sink_weight"].to_numpy(),
-            "sink": rh["sink_weight"].to_numpy(), "delta_sink": rh["sink_weight"].to_numpy() - bh["sink_weight"].to_numpy()}))
-    return CausalAblation(pd.DataFrame(summary), pd.concat(per_head, ignore_index=True) if per_head else pd.DataFrame(), base)
+    names = [f"causal-band-{k:02d}.pkl" for k in range(len(variants))]
+    by_name = dict(zip(names, enumerate(variants)))
+
+    def compute(todo: list[str]):
+        for name in todo:
+            k, v = by_name[name]
+            yield name, _causal_variant(model, prompts, v, k, len(variants), layers, cfg, progress, nll0, bh, (lidx, hidx, d),
+                                             engine)
+
+    got, stopped = keep_units(Path(store) if store is not None else None, names, compute, read_pickle, write_pickle,
+                              stop_on=stop_on)
+    summary = pd.DataFrame([g["summary"] for g in got.values()])
+    per_head = [g["heads"] for g in got.values()]
+    return CausalAblation(summary, pd.concat(per_head, ignore_index=True) if per_head else pd.DataFrame(), base, stopped)
+
+
+def _causal_variant(model: LoadedModel, prompts, v: RopeVariant, k: int, n: int, layers: list[int] | None,
+                    cfg: ScanConfig, progress: bool, nll0: float, bh: pd.DataFrame, at: tuple, engine: str) -> dict:
+    """One variant of ``causal_ablation``: ``{"summary": its summary row, "heads": its per-head rows}``; ``at``: the
+    ``(layer, head, lag)`` index arrays of ``bh``'s rows."""
+    lidx, hidx, d = at
+    t0 = time.perf_counter()
+    if progress:
+        print(f"causal ablation {v.name} ({k + 1} of {n}): next-token NLL, then a scan of the intervened model",
+              file=sys.stderr, flush=True)
+    with rope_intervention(model, v, layers):
+        nll = mean_nll(model, prompts)
+        res = scan(model, prompts, cfg, progress=progress, engine=engine)
+    if progress:
+        print(f"causal ablation {v.name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    summary = {"band": v.name, "layers": "all" if layers is None else ",".join(map(str, layers)),
+               "nll_original": nll0, "nll": nll, "delta_nll": nll - nll0}
+    s = res.scores.numpy()[lidx, hidx, d]
+    rh = res.heads
+    heads = pd.DataFrame({
+        "band": v.name, "layer": lidx, "head": hidx, "delta": d, "slash_original": bh["slash_score"].to_numpy(), "slash": s,
+        "delta_slash": s - bh["slash_score"].to_numpy(), "sink_original": bh["sink_weight"].to_numpy(),
+        "sink": rh["sink_weight"].to_numpy(), "delta_sink": rh["sink_weight"].to_numpy() - bh["sink_weight"].to_numpy()})
+    return {"summary": summary, "heads": heads}

@@ -499,3 +499,28 @@ def test_signal_at_a_pickled_units_read_back_counts_that_unit(name, inputs, tmp_
     assert res.exit_code == 128 + case.signum and "partial: 2 of 3 " in res.output, res.output
     assert len(RunDir(out, name, {}).finished()) == 2
     case.check(out, None)
+
+
+def test_ablate_causal_resumes_its_finished_bands(tmp_path, monkeypatch):
+    """SIGTERM in the causal ablation's second band: the first band is kept as a unit; --resume reads it back, runs
+    only the other bands, and the causal tables equal an uninterrupted run's."""
+    import interp.experiments.ablation as ab
+
+    args = ABLATE[:3] + ["2"] + ABLATE[4:] + ["--causal"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    calls = _counting(monkeypatch, ab, "rope_intervention")
+    assert runner.invoke(app, args + ["--out", str(full)]).exit_code == 0
+    n = calls["n"]  # one per band
+    assert n == 3
+    with monkeypatch.context() as mp:
+        _fail_at(mp, ab, "rope_intervention", 1, Interrupted(signal.SIGTERM))
+        res = runner.invoke(app, args + ["--out", str(part)])
+    assert res.exit_code == 143 and "cut off after 1 of 3 bands" in res.output, res.output
+    assert [u for u in RunDir(part, "ablate", {}).finished() if u.startswith("causal-")] == ["causal-band-00.pkl"]
+    assert not (part / "causal_ablation.csv").exists()
+    with monkeypatch.context() as mp:
+        _fail_at(mp, ab, "rope_intervention", n - 1, AssertionError("the finished band is read back"))
+        res = runner.invoke(app, args + ["--out", str(part), "--resume"])
+    assert res.exit_code == 0, res.output
+    for table in ("causal_ablation.csv", "causal_heads.csv", "band_ablation.csv"):
+        pd.testing.assert_frame_equal(_csv(full, table), _csv(part, table), check_exact=True)
