@@ -90,8 +90,9 @@ def patch(
     over pairs (Wang et al. 2022; Heimersheim and Nanda 2024). --method attribution: Nanda 2023's first-order
     estimate; --paths: path patching (Wang et al. 2022, App. B). --executor ray splits the heads by layer over Ray
     workers that each hold the model (a killed worker is restarted and its chunk retried, --retries times).
-    With --method exact each finished layer goes into OUT/units as the run goes: --resume continues an interrupted
-    run, Ctrl-C / SIGTERM write the finished layers' rows marked partial and exit 130 / 143.
+    With --method exact each finished layer (with --paths: each finished sender) goes into OUT/units as the run goes:
+    --resume continues an interrupted run, Ctrl-C / SIGTERM write the finished layers' (senders') rows marked partial
+    and exit 130 / 143.
 
     Writes patch.csv (layer, head, pos with --positions each, direction, ld, recovered, recovered_lo, recovered_hi),
     patch.json (clean and corrupt mean LD and accuracy, settings, timing), patch.html (a layer x head grid) and, with
@@ -127,9 +128,9 @@ def patch(
                 "task": task, "n_pairs": n_pairs, "seed": seed, "heads": heads, "direction": direction,
                 "positions": positions, "method": method, "paths": paths, "metric": metric, "bootstrap": bootstrap,
                 "max_batch_gb": max_batch_gb, "device": device, "dtype": dtype}
-    units = method == "exact" and paths is None and executor == "local"
-    run = open_run(out, "patch", settings, resume, force, "--resume needs --method exact without --paths and --executor "
-                   "local (only those keep per-layer units)" if resume and not units else None)
+    units = method == "exact" and executor == "local"
+    run = open_run(out, "patch", settings, resume, force, "--resume needs --method exact and --executor local (only "
+                   "those keep units: per layer, or per sender with --paths)" if resume and not units else None)
     try:
         records = read_pairs(pairs, metric) if pairs is not None else None
         tok = load_tokenizer(model)
@@ -152,12 +153,14 @@ def patch(
         if got is None:
             got = _pairs(m.tokenizer, pairs, records, task, n_pairs, seed, cfg)
         n_layers = len({l for l, _ in cfg.heads}) if cfg.heads is not None else m.card.n_layers
-        run.begin(model_identity(m.card), n_layers * len({len(p.clean) for p in got}) if units else 0)
+        what, total = ("senders", len(set(senders))) if senders is not None else ("layers", n_layers)
+        run.begin(model_identity(m.card), total * len({len(p.clean) for p in got}) if units else 0)
         fn = {"exact": patch_heads, "naive": naive_patch_heads, "attribution": attribution_patch_heads}[method]
         kw = {"log": lambda s: console.print(escape(s), soft_wrap=True), "store": run.units_dir,
               "stop_on": (Interrupted,)} if units else {}
         if senders is not None:
-            fn, kw = (lambda m_, got_, cfg_, progress: path_patch(m_, got_, senders, cfg_, progress=progress)), {}
+            fn, kw = ((lambda m_, got_, cfg_, progress, **kw_: path_patch(m_, got_, senders, cfg_, progress=progress, **kw_)),
+                      {"store": run.units_dir, "stop_on": (Interrupted,)})
         elif executor == "ray":
             from interp.experiments.sharded import patch_on_workers
 
@@ -167,10 +170,10 @@ def patch(
         try:  # Ray workers started before the signal handlers (ray.init sets its own SIGTERM handler)
             with workers_for(spec, executor, workers, address, retries) as actors, interruptible():
                 res = fn(m, got, cfg, progress=True, **kw)
-        except Interrupted as err:  # --method naive / attribution, --paths, Ray: nothing kept to write
-            stop(err, 0, n_layers, "layers", out)
-        if isinstance(res.stopped, Interrupted) and not len(res.table):  # no layer finished for every token length
-            stop(res.stopped, 0, n_layers, "layers", out)
+        except Interrupted as err:  # --method naive / attribution, Ray: nothing kept to write
+            stop(err, 0, total, what, out)
+        if isinstance(res.stopped, Interrupted) and not len(res.table):  # no layer (sender) finished for every length
+            stop(res.stopped, 0, total, what, out)
     except InterpError as err:
         fail(err)
     res.meta.update(source=str(pairs) if pairs is not None else f"task:{task}", seed=seed)
@@ -188,5 +191,6 @@ def patch(
                   f"({res.meta['method']}), total {time.perf_counter() - t_start:.1f} s wall; wrote "
                   f"{', '.join(f'{out}/{n}' for n in written)}", soft_wrap=True)
     if isinstance(res.stopped, Interrupted):
-        stop(res.stopped, t["layer"].nunique(), n_layers, "layers", out)
+        finished = len(t[["sender_layer", "sender_head"]].drop_duplicates()) if senders is not None else t["layer"].nunique()
+        stop(res.stopped, finished, total, what, out)
     run.finish()

@@ -18,13 +18,14 @@ Sits above the intervention layer (``interp.hooks.edit``): it never registers ho
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from interp.errors import ConfigError
+from interp.errors import ConfigError, CorruptStateError
 from interp.experiments.effects import _progress
 from interp.experiments.patch_tasks import Pair
 from interp.experiments.patching import (PatchConfig, PatchResult, RunCache, _groups, _meta, _setup, _store_unpatched,
@@ -87,8 +88,19 @@ def _receiver_edits(layer: int, chunk: Sequence[tuple[int, str, int]], inputs: d
     return out
 
 
+def unit_path(folder, sender: tuple[int, int], n_tokens: int):
+    """Where ``path_patch(store=folder)`` keeps a finished sender for the pairs of one token length:
+    ``folder/path-LLL-HH-len-NNNNN.npz`` (``interp.io.write_arrays_atomic``) holding ``per_pair`` ``[row, pair]`` (the
+    sender's rows in table order, the bucket's pairs in order) and the bucket's unpatched ``clean`` / ``corrupt``
+    ``[pair]``, all float64."""
+    from pathlib import Path
+
+    return Path(folder) / f"path-{sender[0]:03d}-{sender[1]:02d}-len-{n_tokens:05d}.npz"
+
+
 def path_patch(model, pairs: Sequence[Pair], senders: Sequence[tuple[int, int]], config: PatchConfig | None = None, *,
-               vias: Sequence[str] = VIAS, progress: bool = False) -> PatchResult:
+               vias: Sequence[str] = VIAS, progress: bool = False, store=None,
+               stop_on: tuple[type[BaseException], ...] = ()) -> PatchResult:
     """Path patching from each sender to each receiver through its query, key or value (module docstring).
 
     Args:
@@ -97,6 +109,13 @@ def path_patch(model, pairs: Sequence[Pair], senders: Sequence[tuple[int, int]],
         config: ``PatchConfig``; ``heads`` are the receivers (None: every head), ``positions`` must be ``all``.
         vias: the receiver inputs, a subset of ``VIAS`` (``q``, ``k``, ``v``).
         progress: a tqdm bar over step-2 rows.
+        store: a folder that keeps each finished sender of each token length (``unit_path``; through
+            ``interp.experiments.units.keep_units``: written atomically and read back) and from which finished ones
+            are read back instead of run (a sender's rows depend only on the unpatched passes; a token length whose
+            senders are all finished skips its unpatched passes). ``interp patch --paths --resume`` passes one.
+        stop_on: exception types (e.g. ``interp.cli.longrun.Interrupted``) that end the run early: the sender in
+            flight is dropped (one stopped after its unit's rename counts) and the result holds the rows of the
+            senders finished for every token length, with ``meta["partial"] = "K of N senders"`` and ``stopped`` set.
 
     Returns:
         ``PatchResult`` with ``PATH_COLUMNS`` (sender, receiver, via order); ``per_pair`` ``[row, pair]`` patched
@@ -106,6 +125,9 @@ def path_patch(model, pairs: Sequence[Pair], senders: Sequence[tuple[int, int]],
         ConfigError: no senders, a sender outside the grid, ``positions="each"``, an unknown via, no receiver after
             any sender, or as ``patch_heads``.
     """
+    from interp.experiments.units import keep_units
+    from interp.io import write_arrays_atomic
+
     cfg, receivers, t, base_tok, src_tok, buckets = _setup(model, pairs, config)
     c = model.card
     if cfg.positions != "all":
@@ -121,41 +143,92 @@ def path_patch(model, pairs: Sequence[Pair], senders: Sequence[tuple[int, int]],
         raise ConfigError(f"no receiver after the senders {', '.join(f'{l}:{h}' for l, h in senders)}: receivers must sit "
                           f"in later layers")
     index = {k: i for i, k in enumerate(order)}
+    senders = list(dict.fromkeys(senders))
+    rows_of = {s: [index[(s, r, v)] for r in receivers_of(s, receivers) for v in vias] for s in senders}
     P = len(base_tok)
     per_pair, clean, corrupt = np.zeros((len(order), P)), np.zeros(P), np.zeros(P)
     t0 = time.perf_counter()
     bar = _progress(len(order) * P, progress, f"path patching {c.name}")
+    done = dict.fromkeys(senders, 0)  # sender -> token lengths finished
+    stopped: BaseException | None = None
     try:
         for N, pidx in buckets.items():
             B = rows_per_forward(model, cfg, N, t.keep)
-            base = run_cached(model, base_tok, t, pidx, B, resid=True, z=True)
-            src = run_cached(model, src_tok, t, pidx, B, z=True)
-            _store_unpatched(cfg, pidx, base, src, clean, corrupt)
-            pt = torch.tensor(pidx)
-            for s in dict.fromkeys(senders):
-                recv = receivers_of(s, receivers)
-                for p0 in range(0, len(pidx), B):
-                    local = torch.arange(p0, min(p0 + B, len(pidx)))
-                    inputs = sender_inputs(model, s, base, src.z, local, [l for l, _ in recv])
-                    for lr in sorted({l for l, _ in recv}):
-                        jobs = [(h, v, i) for (l, h) in recv if l == lr for v in vias for i in range(len(local))]
-                        for j in range(0, len(jobs), B):
-                            chunk = jobs[j:j + B]
-                            rows_pair = local[[i for _, _, i in chunk]]
-                            with torch.inference_mode(), edit(model, *_receiver_edits(lr, chunk, inputs, c.n_heads, c.n_kv_heads)), \
-                                    start_at(model, lr, base.as_tuple):
-                                logits = model.hf(inputs_embeds=base.resid[lr, rows_pair.to(base.resid.device)], use_cache=False,
-                                                  logits_to_keep=t.keep).logits
-                            vals = metric_of(logits, t, pt[rows_pair]).double().cpu().numpy()
-                            for k, (h, v, i) in enumerate(chunk):
-                                per_pair[index[(s, (lr, h), v)], pidx[int(local[i])]] = vals[k]
-                            bar.update(len(chunk))
+            names = {unit_path(".", s, N).name: s for s in senders}
+
+            def compute(todo: list[str], N=N, pidx=pidx, B=B):
+                if not todo:
+                    return
+                base = run_cached(model, base_tok, t, pidx, B, resid=True, z=True)
+                src = run_cached(model, src_tok, t, pidx, B, z=True)
+                _store_unpatched(cfg, pidx, base, src, clean, corrupt)
+                for name in todo:
+                    s = names[name]
+                    _sender_rows(model, s, receivers_of(s, receivers), vias, base, src, pidx, B, t, index, per_pair, bar)
+                    yield name, {"per_pair": per_pair[np.ix_(rows_of[s], pidx)], "clean": clean[pidx],
+                                 "corrupt": corrupt[pidx]}
+
+            def load(path, pidx=pidx):
+                return _read_unit(path, len(rows_of[names[path.name]]), len(pidx))
+
+            got, stopped = keep_units(Path(store) if store is not None else None, list(names), compute, load,
+                                      lambda path, res: write_arrays_atomic(path, **res), stop_on=stop_on)
+            for name, g in got.items():
+                s = names[name]
+                per_pair[np.ix_(rows_of[s], pidx)] = g["per_pair"]
+                clean[pidx], corrupt[pidx] = g["clean"], g["corrupt"]
+                done[s] += 1
+            if stopped is not None:
+                break
     finally:
         bar.close()
+    meta = _meta(model, cfg, pairs, "path", clean, corrupt, time.perf_counter() - t0,
+                 {"senders": [f"{l}:{h}" for l, h in senders], "vias": list(vias)})
+    if stopped is not None:
+        finished = {s for s, k in done.items() if k == len(buckets)}
+        keep = [r for r, key in enumerate(order) if key[0] in finished]
+        order, per_pair = [order[r] for r in keep], per_pair[keep]
+        meta.update(partial=f"{len(finished)} of {len(senders)} senders", stopped_by=str(stopped))
     rec = recovered(per_pair, clean, corrupt)
     table = pd.DataFrame({"sender_layer": [s[0] for s, _, _ in order], "sender_head": [s[1] for s, _, _ in order],
                           "receiver_layer": [r[0] for _, r, _ in order], "receiver_head": [r[1] for _, r, _ in order],
                           "via": [v for _, _, v in order], "recovered": rec})
-    meta = _meta(model, cfg, pairs, "path", clean, corrupt, time.perf_counter() - t0,
-                 {"senders": [f"{l}:{h}" for l, h in senders], "vias": list(vias)})
-    return PatchResult(table[list(PATH_COLUMNS)], per_pair, clean, corrupt, meta)
+    return PatchResult(table[list(PATH_COLUMNS)], per_pair, clean, corrupt, meta, stopped)
+
+
+def _read_unit(path: Path, rows: int, pairs: int) -> dict:
+    """A sender's unit (``unit_path``) with ``per_pair`` ``[rows, pairs]`` and ``clean`` / ``corrupt`` ``[pairs]``.
+
+    Raises:
+        CorruptStateError: missing, unreadable or of other shapes (the unit is then redone).
+    """
+    from interp.io import read_arrays
+
+    got = read_arrays(path, per_pair=(rows, pairs), clean=(pairs,), corrupt=(pairs,))
+    if got is None:
+        raise CorruptStateError(f"path patching unit {path} cannot be read or has other shapes")
+    return got
+
+
+def _sender_rows(model, s: tuple[int, int], recv: list[tuple[int, int]], vias: Sequence[str], base: RunCache,
+                 src: RunCache, pidx: Sequence[int], B: int, t, index: dict, per_pair: np.ndarray, bar) -> None:
+    """Steps 1 and 2 of path patching for sender ``s`` and one token length's pairs ``pidx`` (``B`` rows per forward):
+    fills ``per_pair[index[(s, receiver, via)], pair]`` for every receiver in ``recv`` and via."""
+    c = model.card
+    pt = torch.tensor(pidx)
+    for p0 in range(0, len(pidx), B):
+        local = torch.arange(p0, min(p0 + B, len(pidx)))
+        inputs = sender_inputs(model, s, base, src.z, local, [l for l, _ in recv])
+        for lr in sorted({l for l, _ in recv}):
+            jobs = [(h, v, i) for (l, h) in recv if l == lr for v in vias for i in range(len(local))]
+            for j in range(0, len(jobs), B):
+                chunk = jobs[j:j + B]
+                rows_pair = local[[i for _, _, i in chunk]]
+                with torch.inference_mode(), edit(model, *_receiver_edits(lr, chunk, inputs, c.n_heads, c.n_kv_heads)), \
+                        start_at(model, lr, base.as_tuple):
+                    logits = model.hf(inputs_embeds=base.resid[lr, rows_pair.to(base.resid.device)], use_cache=False,
+                                      logits_to_keep=t.keep).logits
+                vals = metric_of(logits, t, pt[rows_pair]).double().cpu().numpy()
+                for k, (h, v, i) in enumerate(chunk):
+                    per_pair[index[(s, (lr, h), v)], pidx[int(local[i])]] = vals[k]
+                bar.update(len(chunk))

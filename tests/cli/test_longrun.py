@@ -103,6 +103,11 @@ def _ablate_partial(part, full):
     assert len(_csv(part, "band_ablation.csv")) == 2 * 4
 
 
+def _senders_partial(part):
+    paths = _csv(part, "paths.csv")
+    assert set(zip(paths["sender_layer"], paths["sender_head"])) == {(0, 0)}
+
+
 def _atlas_text_only(part, full):
     assert not (part / "atlas.csv").exists()
     pd.testing.assert_frame_equal(_csv(full, "heads.csv"), _csv(part, "heads.csv"), check_exact=True)
@@ -153,6 +158,10 @@ CASES = {
                    (*STATE, "2 of 3 prompts"), ("report.html", "Partial run: 2 of 3 prompts"),
                    (["--n-remove", "4"], "--n-remove is 4 here but 6"), {"band_ablation.csv": (), "heads.csv": ()},
                    _ablate_partial),
+    "patch-paths": Case(lambda d: _patch_args(d) + ["--paths", "0:0,0:1"], "interp.experiments.path_patching:sender_inputs",
+                        lambda n: n // 2, signal.SIGTERM, "1 of 2 senders", ("patch.json", ("partial",), "1 of 2 senders"),
+                        ("patch.html", "Partial run: 1 of 2 senders"), (["--paths", "0:0"], "--paths is '0:0' here but '0:0,0:1'"),
+                        {"paths.csv": ()}, lambda part, full: _senders_partial(part)),
     # tiny-llama's atlas: 2 text and 2 repeated-random prompts (interp.engine.scan each), 2 effects layers: 6 units
     "atlas-in-rr-pass": Case(lambda d: ATLAS, "interp.engine:scan", lambda n: n // 2, signal.SIGINT, "2 of 6 units",
                              (*STATE, ATLAS_STOP + "0 of 2 prompts; no atlas.csv"),
@@ -458,9 +467,10 @@ def test_scan_signal_after_a_units_rename_counts_that_unit(tmp_path, monkeypatch
     assert len(RunDir(out, "scan", {}).finished()) == 2
 
 
-@pytest.mark.parametrize("command", ["effects", "patch"])
+@pytest.mark.parametrize("command", ["effects", "patch", "paths"])
 def test_signal_after_a_layer_units_rename_counts_that_layer(tmp_path, monkeypatch, command):
-    """SIGTERM right after layer 0's unit file is renamed into place: the partial table holds layer 0."""
+    """SIGTERM right after layer 0's (``--paths``: sender 0:0's) unit file is renamed into place: the partial table
+    holds layer 0 (sender 0:0)."""
     import interp.io
 
     orig, calls = interp.io.write_arrays_atomic, {"n": 0}
@@ -473,6 +483,11 @@ def test_signal_after_a_layer_units_rename_counts_that_layer(tmp_path, monkeypat
         return out
 
     monkeypatch.setattr(interp.io, "write_arrays_atomic", write)
+    if command == "paths":
+        res = runner.invoke(app, _patch_args(tmp_path) + ["--paths", "0:0,0:1", "--out", str(tmp_path / "o")])
+        assert res.exit_code == 143 and "partial: 1 of 2 senders" in res.output, res.output
+        _senders_partial(tmp_path / "o")
+        return
     args = EFFECTS if command == "effects" else _patch_args(tmp_path)
     res = runner.invoke(app, args + ["--out", str(tmp_path / "o")])
     assert res.exit_code == 143 and "partial: 1 of 2 layers" in res.output, res.output
