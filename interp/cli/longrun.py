@@ -5,9 +5,11 @@ helpers those commands share.
 
 Layout of ``OUT``: ``run.json`` (the manifest: command, settings, model identity, ``complete``) and ``units/``, one
 entry per finished unit (a prompt's scan state, ``units/prompt-00003/``; an effects layer, ``units/layer-002.npz``; a
-patch layer of the pairs of one token length, ``units/layer-002-len-00012.npz``; a sweep's prompt at one length,
-``units/length-001024-prompt-00001/``), each written atomically (``interp.io.write_dir_atomic`` / ``write_atomic``): a unit whose write was cut off has no
-entry under its name, so a resumed run redoes it.
+patch layer of the pairs of one token length, ``units/layer-002-len-00012.npz``, or with ``--paths`` a sender's,
+``units/path-000-01-len-00012.npz``; a sweep's prompt at one length, ``units/length-001024-prompt-00001/``; a retrieval
+trial, a trajectory checkpoint, a causal ablation band: ``.pkl`` files), each written atomically
+(``interp.io.write_dir_atomic`` / ``write_atomic``): a unit whose write was cut off has no entry under its name, so a
+resumed run redoes it.
 
 - Without ``--resume``, an ``OUT`` whose manifest says the run is not complete is refused (one line naming ``--resume``
   and ``--force``) before any model work; ``--force`` discards its units.
@@ -16,6 +18,9 @@ entry under its name, so a resumed run redoes it.
 - ``interruptible()`` turns SIGINT / SIGTERM into ``Interrupted`` (raised like ``KeyboardInterrupt``, so the unit in
   flight unwinds and its temporary file is removed); the command writes its tables from the finished units, marks them partial and
   exits 130 / 143 (``stop``).
+- ``keep_units`` (the loop that reads finished units back, writes the others and counts one stopped after its rename)
+  is ``interp.experiments.units.keep_units`` with the signals above, so the experiments that keep their own units
+  (retrieval, trajectory, ``ablate --causal``, ``patch --paths``) share it without importing ``interp.cli``.
 - Ray runs keep the same units: the driver writes each unit as its worker's result comes back (``scan_units`` with
   ``actors``; ``interp.experiments.sharded.effects_on_workers`` with a ``LayerStore``), so a driver that dies or is
   stopped resumes on Ray or locally.
