@@ -494,7 +494,6 @@ def _trial(model, hay: "_Haystack", stop, length: int, depth: float, n: int, cfg
     trial = build_trial(model, hay, length, depth, n, cfg)
     d = greedy_decode(model, trial.ids, cfg.max_new_tokens, top_k=cfg.top_k, stop=stop)
     hits = copy_hits(d.top, d.generated, trial.ids, trial.span)
-    sc = trial_scores(hits, trial.span)
     response = model.tokenizer.decode(d.generated.tolist(), skip_special_tokens=True).strip()
     recall = rouge1_recall(trial.needle.answer, response)
     needle_ids = set(trial.ids[trial.span[0]:trial.span[1]].tolist())

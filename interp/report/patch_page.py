@@ -104,8 +104,8 @@ def render_patch(res: PatchResult, atlas: pd.DataFrame | None = None, effects: p
     acc = (f" (share with LD &gt; 0: {m['clean_accuracy']:.0%} / {m['corrupt_accuracy']:.0%})" if "clean_accuracy" in m else "")
     cfg = m.get("config", {})
     parts = [f"<h1>Patching: {html.escape(str(m.get('model', '')))}</h1>",
-             *([f'<p class="note partial"><b>Partial run: {html.escape(str(m["partial"]))}</b> (interrupted; the table holds '
-                "the finished layers only; rerun the command with --resume to finish it)</p>"] if m.get("partial") else []),
+             *([f'<p class="note partial"><b>Partial run: {html.escape(str(m["partial"]))}</b> (interrupted: the tables hold '
+                "only those finished; rerun the command with --resume to finish it)</p>"] if m.get("partial") else []),
              f'<p class="note">{m.get("pairs")} pairs ({html.escape(str(m.get("source", "")))}), {m.get("tokens")} tokens; '
              f"metric {html.escape(str(m.get('metric')))}: clean mean {short} {res.clean.mean():.4f}, corrupt "
              f"{res.corrupt.mean():.4f}{acc}. Direction {html.escape(str(m.get('direction')))}; recovered = (mean patched "
