@@ -22,8 +22,8 @@ resumed run redoes it.
   is ``interp.experiments.units.keep_units`` with the signals above, so the experiments that keep their own units
   (retrieval, trajectory, ``ablate --causal``, ``patch --paths``) share it without importing ``interp.cli``.
 - Ray runs keep the same units: the driver writes each unit as its worker's result comes back (``scan_units`` with
-  ``actors``; ``interp.experiments.sharded.effects_on_workers`` with a ``LayerStore``), so a driver that dies or is
-  stopped resumes on Ray or locally.
+  ``actors``; ``interp.experiments.sharded.effects_on_workers`` with a ``LayerStore``, ``patch_on_workers`` with a
+  units folder), so a driver that dies or is stopped resumes on Ray or locally.
 """
 
 from __future__ import annotations

@@ -90,9 +90,10 @@ def patch(
     over pairs (Wang et al. 2022; Heimersheim and Nanda 2024). --method attribution: Nanda 2023's first-order
     estimate; --paths: path patching (Wang et al. 2022, App. B). --executor ray splits the heads by layer over Ray
     workers that each hold the model (a killed worker is restarted and its chunk retried, --retries times).
-    With --method exact each finished layer (with --paths: each finished sender) goes into OUT/units as the run goes:
-    --resume continues an interrupted run, Ctrl-C / SIGTERM write the finished layers' (senders') rows marked partial
-    and exit 130 / 143.
+    With --method exact each finished layer (with --paths: each finished sender) goes into OUT/units as the run goes
+    (on Ray the driver writes each layer's unit as its chunk comes back, the same files as a local run):
+    --resume continues an interrupted run (a Ray run on Ray or locally, and the reverse), Ctrl-C / SIGTERM write the
+    finished layers' (senders') rows marked partial and exit 130 / 143.
 
     Writes patch.csv (layer, head, pos with --positions each, direction, ld, recovered, recovered_lo, recovered_hi),
     patch.json (clean and corrupt mean LD and accuracy, settings, timing), patch.html (a layer x head grid) and, with
@@ -128,9 +129,9 @@ def patch(
                 "task": task, "n_pairs": n_pairs, "seed": seed, "heads": heads, "direction": direction,
                 "positions": positions, "method": method, "paths": paths, "metric": metric, "bootstrap": bootstrap,
                 "max_batch_gb": max_batch_gb, "device": device, "dtype": dtype}
-    units = method == "exact" and executor == "local"
-    run = open_run(out, "patch", settings, resume, force, "--resume needs --method exact and --executor local (only "
-                   "those keep units: per layer, or per sender with --paths)" if resume and not units else None)
+    units = method == "exact"  # on Ray too (the driver writes each unit as its chunk comes back)
+    run = open_run(out, "patch", settings, resume, force, f"--resume needs --method exact (--method {method} keeps no "
+                   "units: per layer, or per sender with --paths)" if resume and not units else None)
     try:
         records = read_pairs(pairs, metric) if pairs is not None else None
         tok = load_tokenizer(model)
@@ -156,21 +157,21 @@ def patch(
         what, total = ("senders", len(set(senders))) if senders is not None else ("layers", n_layers)
         run.begin(model_identity(m.card), total * len({len(p.clean) for p in got}) if units else 0)
         fn = {"exact": patch_heads, "naive": naive_patch_heads, "attribution": attribution_patch_heads}[method]
-        kw = {"log": lambda s: console.print(escape(s), soft_wrap=True), "store": run.units_dir,
-              "stop_on": (Interrupted,)} if units else {}
+        kw = {"store": run.units_dir, "stop_on": (Interrupted,)} if units else {}
         if senders is not None:
-            fn, kw = ((lambda m_, got_, cfg_, progress, **kw_: path_patch(m_, got_, senders, cfg_, progress=progress, **kw_)),
-                      {"store": run.units_dir, "stop_on": (Interrupted,)})
+            fn = lambda m_, got_, cfg_, progress, **kw_: path_patch(m_, got_, senders, cfg_, progress=progress, **kw_)  # noqa: E731
         elif executor == "ray":
             from interp.experiments.sharded import patch_on_workers
 
-            def fn(_m, got_, cfg_, progress):  # each worker loads its own copy of the model
-                return patch_on_workers(spec, got_, cfg_, actors=actors)
+            def fn(_m, got_, cfg_, progress, **kw_):  # each worker loads its own copy of the model
+                return patch_on_workers(spec, got_, cfg_, actors=actors, **kw_)
+        elif units:
+            kw["log"] = lambda s: console.print(escape(s), soft_wrap=True)
         spec = ModelSpec(model, device, dtype)
         try:  # Ray workers started before the signal handlers (ray.init sets its own SIGTERM handler)
             with workers_for(spec, executor, workers, address, retries) as actors, interruptible():
                 res = fn(m, got, cfg, progress=True, **kw)
-        except Interrupted as err:  # --method naive / attribution, Ray: nothing kept to write
+        except Interrupted as err:  # --method naive / attribution, or Ray before any unit was finished: nothing to write
             stop(err, 0, total, what, out)
         if isinstance(res.stopped, Interrupted) and not len(res.table):  # no layer (sender) finished for every length
             stop(res.stopped, 0, total, what, out)

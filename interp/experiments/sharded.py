@@ -14,27 +14,33 @@ retried, up to ``retries`` times (``max_restarts`` / ``max_task_retries`` of the
 failure. The driver dying is covered by ``effects_on_workers(store=...)``: the driver writes each finished layer as a
 unit (``interp.experiments.effects.LayerStore``, the files a local ``head_effects`` run writes) as its chunk comes
 back, and a later run reads them back and sends only the other layers out (``interp effects --resume``, on Ray or
-locally). ``patch_on_workers`` keeps no units yet.
+locally). ``patch_on_workers(store=...)`` does the same per layer and token length (a chunk is one layer's heads
+on the pairs of one length; the unit files of ``patch_heads(store=...)``, so ``interp patch --resume`` continues a
+Ray run on Ray or locally, and a local one on Ray).
 
-Chunks: layers are dealt round-robin to ``chunks`` chunks (default twice the workers) so that every chunk mixes early
-layers (a forward from layer 0) with late ones (a forward from near the top).
+Chunks (effects): layers are dealt round-robin to ``chunks`` chunks (default twice the workers) so that every chunk
+mixes early layers (a forward from layer 0) with late ones (a forward from near the top).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from interp.engine.executor import RETRIES, ModelSpec, as_completed, ray_get, ray_workers
-from interp.errors import ConfigError
+from interp.errors import ConfigError, CorruptStateError
 from interp.experiments.effects import (EffectsConfig, EffectsResult, LayerStore, _meta as _effects_meta, _order, _prompts,
                                         _table, clean_pass, head_effects)
 from interp.experiments.patch_tasks import Pair
-from interp.experiments.patching import PatchConfig, PatchResult, _rows, head_table, patch_heads
+from interp.experiments.patching import (PatchConfig, PatchResult, _meta as _patch_meta, _rows, head_table, patch_heads,
+                                         unit_path)
+from interp.experiments.units import keep_units
 
 
 def layer_chunks(heads: Sequence[tuple[int, int]], chunks: int) -> list[list[tuple[int, int]]]:
@@ -71,9 +77,9 @@ def _patch_chunk(model, pairs, config: PatchConfig) -> PatchResult:
     return patch_heads(model, pairs, config)
 
 
-def _gather(actors: list, fn: Callable, jobs: list[tuple]) -> list:
-    """Run ``fn(model, *job)`` for every job on the actors (job ``i`` on actor ``i mod n``), in job order."""
-    return ray_get([actors[i % len(actors)].run.remote(fn, *job) for i, job in enumerate(jobs)])
+def _identity(model) -> tuple[str, str]:
+    """``(model name, device)`` as a worker loaded it (for ``meta`` when every chunk was read back)."""
+    return model.card.name, str(model.device)
 
 
 def _start(spec: ModelSpec, workers: int, address: str | None, actors: list | None, retries: int) -> tuple[list, tuple[int, int]]:
@@ -176,36 +182,94 @@ def _read(store: LayerStore, layer: int, rows: list[int], dn: np.ndarray, kl: np
 
 
 def patch_on_workers(spec: ModelSpec, pairs: Sequence[Pair], config: PatchConfig | None = None, *, workers: int = 2,
-                     address: str | None = None, actors: list | None = None, chunks: int | None = None,
-                     retries: int = RETRIES) -> PatchResult:
+                     address: str | None = None, actors: list | None = None, retries: int = RETRIES,
+                     store: str | Path | None = None, stop_on: tuple[type[BaseException], ...] = ()) -> PatchResult:
     """``patch_heads`` (activation patching per head, or per head and position) on Ray workers (module docstring):
-    the same table and per-pair values as one local run.
+    the same table, per-pair values and unpatched metrics as one local run.
+
+    A chunk is one layer's heads on the pairs of one token length (``patch_heads`` there, no bootstrap); chunks are
+    dealt round-robin to the actors and merged as they come back.
 
     Args:
         spec: how each worker loads the model; pairs: the clean / corrupted ``Pair``s (``interp.experiments.patch_tasks``);
-        config: ``PatchConfig`` (heads None: every head); workers, address, actors, chunks, retries: as
-            ``effects_on_workers``.
+        config: ``PatchConfig`` (heads None: every head); workers, address, actors, retries: as ``effects_on_workers``.
+        store: a folder of units (``interp.experiments.patching.unit_path``: ``layer-LLL-len-NNNNN.npz``, the files
+            of ``patch_heads(store=...)``): units already there are read back instead of sent out, and each chunk is
+            written as it comes back and read back (so a fresh run merges exactly what a resumed one reads).
+        stop_on: exception types (``interp.cli.longrun.Interrupted``) that end the wait early: the result holds the
+            rows of the layers finished for every token length (with a store: on disk), ``meta["partial"] = "K of N
+            layers"`` and ``stopped`` (no such layer: ``table`` empty); raised again when no chunk was finished at all.
 
     Returns:
-        ``PatchResult`` with ``meta["executor"] = "ray"``, ``workers``, ``chunks``, ``worker_pids``.
+        ``PatchResult`` with ``meta["executor"] = "ray"``, ``workers``, ``chunks`` (sent out in this run),
+        ``worker_pids``.
 
     Raises:
-        ConfigError: bad settings (``patch_heads``' checks run on the first chunk), Ray missing, ``workers`` < 1.
+        ConfigError: no pairs, bad settings (``PatchConfig.check``; ``patch_heads``' other checks run on the chunks),
+            Ray missing, ``workers`` < 1.
         InterpError: a chunk failed after its retries.
     """
-    cfg = config or PatchConfig()
+    from interp.io import read_arrays, write_arrays_atomic
+
+    cfg, pairs = config or PatchConfig(), list(pairs)
+    if not pairs:
+        raise ConfigError("no pairs given: patching needs at least one clean / corrupt pair")
     t0 = time.perf_counter()
     actors, (L, H) = _start(spec, workers, address, actors, retries)
+    cfg.check(L, H)
+    name, device = ray_get([actors[0].run.remote(_identity)])[0]
     heads = sorted(cfg.heads) if cfg.heads is not None else [(l, h) for l in range(L) for h in range(H)]
-    parts = layer_chunks(heads, chunks or 2 * len(actors))
-    results = _gather(actors, _patch_chunk, [(list(pairs), replace(cfg, heads=tuple(p), bootstrap=0)) for p in parts])
-    order = _rows(cfg, heads, len(pairs[0].clean))
+    by_layer: dict[int, list[tuple[int, int]]] = {}
+    for l, h in heads:
+        by_layer.setdefault(l, []).append((l, h))
+    buckets: dict[int, list[int]] = {}  # token length -> pair indices, in patch_heads' order
+    for i, p in enumerate(pairs):
+        buckets.setdefault(len(p.clean), []).append(i)
+    n0 = len(pairs[0].clean)
+    order = _rows(cfg, heads, n0)
     index = {r: i for i, r in enumerate(order)}
-    per_pair = np.zeros((len(order), len(pairs)))
-    key_cols = ["layer", "head", "pos"] if cfg.positions == "each" else ["layer", "head"]
-    for res in results:
-        rows = [index[tuple(int(v) for v in r)] for r in res.table[key_cols].itertuples(index=False)]
-        per_pair[rows] = res.per_pair
-    first = results[0]
-    meta = _meta(first.meta, cfg, t0, actors, len(parts))
-    return PatchResult(head_table(order, per_pair, first.clean, first.corrupt, cfg), per_pair, first.clean, first.corrupt, meta)
+    rows = {l: [index[r] for r in _rows(cfg, hs, n0)] for l, hs in by_layer.items()}  # a layer's rows, as patch_heads'
+    units = {unit_path(".", l, N).name: (l, N) for N in buckets for l in sorted(by_layer)}
+    names = list(units)
+    sent = {"chunks": 0, "rows_per_forward": 0}  # chunks sent out in this run, the largest batch one of them ran
+
+    def load(path: Path) -> dict:
+        l, N = units[path.name]
+        P = len(buckets[N])
+        got = read_arrays(path, per_pair=(len(rows[l]), P), clean=(P,), corrupt=(P,))
+        if got is None:
+            raise CorruptStateError(f"unit {path} cannot be read")
+        return got
+
+    def compute(todo: list[str]):
+        jobs = [(k, actors[k % len(actors)].run.remote(_patch_chunk, [pairs[i] for i in buckets[units[n][1]]],
+                                                       replace(cfg, heads=tuple(by_layer[units[n][0]]), bootstrap=0)))
+                for k, n in enumerate(todo)]
+        sent["chunks"] = len(jobs)
+        for k, res in as_completed(jobs):
+            sent["rows_per_forward"] = max(sent["rows_per_forward"], res.meta["rows_per_forward"])
+            yield todo[k], {"per_pair": res.per_pair, "clean": res.clean, "corrupt": res.corrupt}
+
+    got, stopped = keep_units(Path(store) if store is not None else None, names, compute, load,
+                              lambda path, u: write_arrays_atomic(path, **u), stop_on=stop_on)
+    if stopped is not None and not got:
+        raise stopped
+    per_pair, clean, corrupt = np.zeros((len(order), len(pairs))), np.zeros(len(pairs)), np.zeros(len(pairs))
+    count: dict[int, int] = {}
+    for n, u in got.items():
+        l, N = units[n]
+        per_pair[np.ix_(rows[l], buckets[N])] = u["per_pair"]
+        count[l] = count.get(l, 0) + 1
+    for N, pidx in buckets.items():  # a length's unpatched metric from its lowest finished layer (as patch_heads reads back)
+        first = next((got[n] for n in names if n in got and units[n][1] == N), None)
+        if first is not None:
+            clean[pidx], corrupt[pidx] = first["clean"], first["corrupt"]
+    worker = SimpleNamespace(card=SimpleNamespace(name=name), device=device)  # what _patch_meta reads of the model
+    base = _patch_meta(worker, cfg, pairs, "exact", clean, corrupt, 0.0, {"rows_per_forward": sent["rows_per_forward"]})
+    meta = _meta(base, cfg, t0, actors, sent["chunks"], pids=stopped is None)
+    if stopped is not None:  # the rows of the layers finished for every token length
+        done = sorted(l for l, k in count.items() if k == len(buckets))
+        meta.update(partial=f"{len(done)} of {len(by_layer)} layers", stopped_by=str(stopped))
+        keep = sorted(r for l in done for r in rows[l])
+        order, per_pair = [order[r] for r in keep], per_pair[keep]
+    return PatchResult(head_table(order, per_pair, clean, corrupt, cfg), per_pair, clean, corrupt, meta, stopped)

@@ -14,7 +14,7 @@ from interp.engine.executor import ModelSpec, ray_workers
 from interp.errors import ConfigError
 from interp.experiments.effects import EffectsConfig, head_effects
 from interp.experiments.patch_tasks import induction_pairs
-from interp.experiments.patching import PatchConfig, patch_heads
+from interp.experiments.patching import PatchConfig, patch_heads, unit_path
 from interp.experiments.sharded import effects_on_workers, layer_chunks, patch_on_workers
 from tests.conftest import random_tokens
 
@@ -116,10 +116,12 @@ def test_a_worker_killed_mid_chunk_is_restarted_and_the_effects_are_complete(tin
         ray.shutdown()
 
 
-def test_effects_on_ray_keep_layer_units_stop_on_sigterm_and_resume(actors, tmp_path, monkeypatch):
-    """issue 46: ``interp effects --executor ray`` writes each layer's unit as its chunk comes back; a SIGTERM to the
-    driver writes the finished layer's rows marked partial (exit 143); --resume on Ray sends out only the other layer
-    and equals the uninterrupted Ray run exactly; --resume locally equals it to the workers' float32 rounding."""
+def _sigterm_at_the_second_unit_then_resume(args: list[str], name: str, tmp_path, monkeypatch):
+    """Run the Ray command ``args`` (ending ``--executor ray --workers 2``, two units: tiny-llama's 2 layers) whole, then
+    again with the real SIGTERM as its second unit is about to be written: exit 143, the first layer's rows in
+    ``NAME.csv`` marked partial, one unit kept; --resume on Ray reads that unit back (same inode) and equals the whole
+    run exactly; --resume of a copy locally equals it to the workers' float32 rounding. Returns ``(whole run's folder,
+    the kept unit)``."""
     import json
     import shutil
 
@@ -129,10 +131,9 @@ def test_effects_on_ray_keep_layer_units_stop_on_sigterm_and_resume(actors, tmp_
     import interp.io
     from interp.cli import app
 
-    args = ["effects", "tiny-llama", "--prompts", "3", "--tokens", "24", "--bootstrap", "50", "--executor", "ray",
-            "--workers", "2"]
-    full, part = tmp_path / "full", tmp_path / "part"
-    assert CliRunner().invoke(app, args + ["--out", str(full)]).exit_code == 0
+    full, part, local = tmp_path / "full", tmp_path / "part", tmp_path / "local"
+    res = CliRunner().invoke(app, args + ["--out", str(full)])
+    assert res.exit_code == 0, res.output
     orig, calls = interp.io.write_arrays_atomic, {"n": 0}
 
     def write(*a, **kw):  # the real signal as the second layer's unit is about to be written
@@ -146,40 +147,62 @@ def test_effects_on_ray_keep_layer_units_stop_on_sigterm_and_resume(actors, tmp_
         res = CliRunner().invoke(app, args + ["--out", str(part)])
     assert res.exit_code == 143, res.output
     assert "partial: 1 of 2 layers" in res.output and "Traceback" not in res.output
-    assert json.loads((part / "effects.json").read_text())["partial"] == "1 of 2 layers"
+    assert json.loads((part / f"{name}.json").read_text())["partial"] == "1 of 2 layers"
     (kept,) = (part / "units").iterdir()
     layer, inode = int(kept.stem.split("-")[1]), kept.stat().st_ino
-    assert set(pd.read_csv(part / "effects.csv")["layer"]) == {layer}
-    local = tmp_path / "local"
+    assert set(pd.read_csv(part / f"{name}.csv")["layer"]) == {layer}
     shutil.copytree(part, local)
     res = CliRunner().invoke(app, args + ["--out", str(part), "--resume"])
     assert res.exit_code == 0, res.output
     assert kept.stat().st_ino == inode  # read back, not sent out again
-    pd.testing.assert_frame_equal(pd.read_csv(full / "effects.csv"), pd.read_csv(part / "effects.csv"), check_exact=True)
+    whole = pd.read_csv(full / f"{name}.csv")
+    pd.testing.assert_frame_equal(whole, pd.read_csv(part / f"{name}.csv"), check_exact=True)
     res = CliRunner().invoke(app, args[:-4] + ["--out", str(local), "--resume"])
     assert res.exit_code == 0, res.output
-    pd.testing.assert_frame_equal(pd.read_csv(full / "effects.csv"), pd.read_csv(local / "effects.csv"), atol=2e-5, rtol=1e-4)
+    pd.testing.assert_frame_equal(whole, pd.read_csv(local / f"{name}.csv"), atol=2e-5, rtol=1e-4)
+    return full, kept
+
+
+def test_effects_on_ray_keep_layer_units_stop_on_sigterm_and_resume(actors, tmp_path, monkeypatch):
+    """issue 46: ``interp effects --executor ray`` writes each layer's unit as its chunk comes back; a SIGTERM to the
+    driver writes the finished layer's rows marked partial (exit 143); --resume on Ray sends out only the other layer
+    and equals the uninterrupted Ray run exactly; --resume locally equals it to the workers' float32 rounding."""
+    _sigterm_at_the_second_unit_then_resume(["effects", "tiny-llama", "--prompts", "3", "--tokens", "24", "--bootstrap",
+                                             "50", "--executor", "ray", "--workers", "2"], "effects", tmp_path, monkeypatch)
+
+
+def test_patch_on_ray_keeps_layer_units_stops_after_the_first_and_resumes(actors, tmp_path, monkeypatch):
+    """issue 46: ``interp patch --executor ray`` writes each layer's unit (layer-LLL-len-NNNNN.npz, the local run's
+    files) as its chunk comes back; a SIGTERM to the driver as the second unit is about to be written leaves the first
+    one and writes its rows marked partial (exit 143); --resume on Ray sends out only the other layer and equals the
+    uninterrupted Ray run exactly; --resume locally equals it to the workers' float32 rounding."""
+    full, kept = _sigterm_at_the_second_unit_then_resume(
+        ["patch", "tiny-llama", "--task", "induction", "--n-pairs", "4", "--bootstrap", "50", "--executor", "ray",
+         "--workers", "2"], "patch", tmp_path, monkeypatch)
+    names = sorted(p.name for p in (full / "units").iterdir())  # a local run's names (unit_path): one length here
+    n_tokens = int(names[0].split("-")[3].split(".")[0])
+    assert names == [unit_path("", l, n_tokens).name for l in (0, 1)] and kept.name in names
 
 
 def test_patch_on_ray_sigterm_after_ray_init_exits_143(tmp_path, monkeypatch):
     """``interp patch --executor ray`` starting Ray itself (ray.init sets a SIGTERM handler that exits the process with
     no message): a SIGTERM while the chunks run still reaches the command's handler, so it exits 143 with the partial
-    line (a Ray patch run keeps no units: nothing written) and no traceback."""
+    line (no chunk finished: no unit, no table written) and no traceback."""
     from typer.testing import CliRunner
 
     import interp.experiments.sharded as sharded
     from interp.cli import app
 
     ray.shutdown()  # the command starts its own cluster, as from a shell
-    orig = sharded._gather
+    orig = sharded.as_completed
 
-    def gather(*a, **kw):  # the driver, about to wait for the chunks
+    def waiting(*a, **kw):  # the driver, about to wait for the chunks
         os.kill(os.getpid(), signal.SIGTERM)
         return orig(*a, **kw)
 
-    monkeypatch.setattr(sharded, "_gather", gather)
+    monkeypatch.setattr(sharded, "as_completed", waiting)
     res = CliRunner().invoke(app, ["patch", "tiny-llama", "--task", "induction", "--n-pairs", "4", "--bootstrap", "0",
                                    "--executor", "ray", "--workers", "1", "--out", str(tmp_path / "p")])
     assert res.exit_code == 143, res.output
     assert "partial: 0 of 2 layers" in res.output and "Traceback" not in res.output
-    assert not (tmp_path / "p" / "patch.csv").exists()
+    assert not (tmp_path / "p" / "patch.csv").exists() and not list((tmp_path / "p").glob("units/*"))
