@@ -187,24 +187,19 @@ def rope2d_tables(spec: RopeSpec, tokens: torch.Tensor, newline_ids: tuple[int, 
 def rope2d(model, newline_ids: tuple[int, ...], base: float = 0.0) -> Iterator[None]:
     """Inside the block every forward of ``model`` (a ``LoadedModel``; any batch size, training included) runs with
     2D-RoPE (``rope2d_tables``) in every layer, through ``rope`` site edits. The tokens come from the input ids of the
-    forward (a pre-hook on ``model.hf.base_model``, so ``hf(...)`` and ``hf.base_model(...)`` both work); the tables
-    are computed once per forward and layer spec. The model is as before on exit.
+    forward (``EditContext.tokens`` of the ``rope`` site, so ``hf(...)`` and ``hf.base_model(...)`` both work); the
+    tables are computed once per forward and layer spec. The model is as before on exit.
 
     Raises:
         ValueError: at a forward, no ``input_ids`` (2D positions need the tokens).
     """
-    hf = model.hf
-    seen: dict = {}
     cache: dict = {}
-
-    def keep(_m, args, kwargs):
-        seen["ids"] = args[0] if args else kwargs.get("input_ids")
 
     def fn_of(spec: RopeSpec) -> Callable:
         key = (tuple(spec.inv_freq.tolist()), spec.scaling, spec.pairing)
 
-        def fn(cos, sin, _ctx):
-            ids = seen.get("ids")
+        def fn(cos, sin, ctx):
+            ids = ctx.tokens
             if not isinstance(ids, torch.Tensor):
                 raise ValueError("2D-RoPE needs the forward's input_ids (rows and columns come from the line breaks)")
             if cache.get("ids") is not ids:
@@ -216,13 +211,10 @@ def rope2d(model, newline_ids: tuple[int, ...], base: float = 0.0) -> Iterator[N
             return c.to(cos.dtype), s.to(sin.dtype)
         return fn
 
-    handle = hf.base_model.register_forward_pre_hook(keep, with_kwargs=True)
     try:
-        with edit(model, *(Edit(("rope", l), "fn", fn_of(spec)) for l, spec in enumerate(rope_specs(hf)))):
+        with edit(model, *(Edit(("rope", l), "fn", fn_of(spec)) for l, spec in enumerate(rope_specs(model.hf)))):
             yield
     finally:
-        handle.remove()
-        seen.clear()
         cache.clear()
 
 

@@ -575,7 +575,9 @@ def edit(model, *edits: Edit) -> Iterator[SiteMap]:
             def keep_ids(_m, args, kwargs):
                 ids = args[0] if args else kwargs.get("input_ids")
                 _TOKENS[id(hf)] = ids if isinstance(ids, torch.Tensor) else None
-            handles.append(hf.register_forward_pre_hook(keep_ids, with_kwargs=True))
+            # on the decoder body, which every forward passes through (hf(...) hands it input_ids as a keyword), so
+            # a caller that runs hf.base_model(...) alone (e.g. for its hidden states) gets the tokens too
+            handles.append(hf.base_model.register_forward_pre_hook(keep_ids, with_kwargs=True))
             _TOKENS[id(hf)] = None
             stack.callback(lambda: _TOKENS.pop(id(hf), None))
         if attn_layers:

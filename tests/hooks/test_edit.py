@@ -235,3 +235,15 @@ def test_no_model_is_touched_outside_the_intervention_layer():
                 if pattern.search(line) and "f\"" not in line and "call hf." not in line:
                     bad.append(f"{rel}:{i}: {line.strip()}")
     assert not bad, "model touched outside interp/hooks/:\n" + "\n".join(bad)
+
+
+def test_edit_context_has_the_tokens_of_a_forward_through_the_decoder_body_alone(tiny):
+    """``EditContext.tokens`` holds the forward's input ids whether the caller runs the whole model or only its decoder
+    body (``hf.base_model(input_ids=...)``, e.g. for hidden states), and None from ``inputs_embeds``."""
+    toks = random_tokens(N, seed=12)[None].to(tiny.device)
+    seen = []
+    with edit(tiny, record("rope[0]", lambda x, ctx: seen.append(ctx.tokens))), torch.no_grad():
+        tiny.hf(toks, use_cache=False)
+        tiny.hf.base_model(input_ids=toks, use_cache=False)
+        tiny.hf.base_model(inputs_embeds=tiny.hf.get_input_embeddings()(toks), use_cache=False)
+    assert len(seen) == 3 and torch.equal(seen[0], toks) and torch.equal(seen[1], toks) and seen[2] is None
