@@ -54,7 +54,7 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 
-from interp.errors import ConfigError
+from interp.errors import ConfigError, CorruptStateError
 from interp.experiments.attribution import _frozen
 from interp.experiments.effects import _progress
 from interp.experiments.patch_tasks import METRICS, Pair, check_one_template
@@ -348,6 +348,22 @@ def unit_path(folder, layer: int, n_tokens: int):
     from pathlib import Path
 
     return Path(folder) / f"layer-{layer:03d}-len-{n_tokens:05d}.npz"
+
+
+def read_unit(path, rows: int, pairs: int) -> dict:
+    """A patching unit (``unit_path``; path patching's ``path_patching.unit_path`` holds the same arrays) with
+    ``per_pair`` ``[rows, pairs]`` and ``clean`` / ``corrupt`` ``[pairs]``.
+
+    Raises:
+        CorruptStateError: missing, unreadable or of other shapes (``interp.experiments.units.keep_units`` then redoes
+            the unit).
+    """
+    from interp.io import read_arrays
+
+    got = read_arrays(path, per_pair=(rows, pairs), clean=(pairs,), corrupt=(pairs,))
+    if got is None:
+        raise CorruptStateError(f"patching unit {path} cannot be read or has other shapes")
+    return got
 
 
 def patch_heads(model, pairs: Sequence[Pair], config: PatchConfig | None = None, *, progress: bool = False,

@@ -25,11 +25,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp.errors import ConfigError, CorruptStateError
+from interp.errors import ConfigError
 from interp.experiments.effects import _progress
 from interp.experiments.patch_tasks import Pair
 from interp.experiments.patching import (PatchConfig, PatchResult, RunCache, _groups, _meta, _setup, _store_unpatched,
-                                         metric_of, rows_per_forward, run_cached)
+                                         metric_of, read_unit, rows_per_forward, run_cached)
 from interp.experiments.stats import recovered
 from interp.hooks.edit import Edit, edit, record, replace, start_at
 from interp.hooks.heads import check_heads
@@ -169,7 +169,7 @@ def path_patch(model, pairs: Sequence[Pair], senders: Sequence[tuple[int, int]],
                                  "corrupt": corrupt[pidx]}
 
             def load(path, pidx=pidx):
-                return _read_unit(path, len(rows_of[names[path.name]]), len(pidx))
+                return read_unit(path, len(rows_of[names[path.name]]), len(pidx))
 
             got, stopped = keep_units(Path(store) if store is not None else None, list(names), compute, load,
                                       lambda path, res: write_arrays_atomic(path, **res), stop_on=stop_on)
@@ -194,20 +194,6 @@ def path_patch(model, pairs: Sequence[Pair], senders: Sequence[tuple[int, int]],
                           "receiver_layer": [r[0] for _, r, _ in order], "receiver_head": [r[1] for _, r, _ in order],
                           "via": [v for _, _, v in order], "recovered": rec})
     return PatchResult(table[list(PATH_COLUMNS)], per_pair, clean, corrupt, meta, stopped)
-
-
-def _read_unit(path: Path, rows: int, pairs: int) -> dict:
-    """A sender's unit (``unit_path``) with ``per_pair`` ``[rows, pairs]`` and ``clean`` / ``corrupt`` ``[pairs]``.
-
-    Raises:
-        CorruptStateError: missing, unreadable or of other shapes (the unit is then redone).
-    """
-    from interp.io import read_arrays
-
-    got = read_arrays(path, per_pair=(rows, pairs), clean=(pairs,), corrupt=(pairs,))
-    if got is None:
-        raise CorruptStateError(f"path patching unit {path} cannot be read or has other shapes")
-    return got
 
 
 def _sender_rows(model, s: tuple[int, int], recv: list[tuple[int, int]], vias: Sequence[str], base: RunCache,

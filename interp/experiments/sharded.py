@@ -34,12 +34,12 @@ import numpy as np
 import torch
 
 from interp.engine.executor import RETRIES, ModelSpec, as_completed, ray_get, ray_workers
-from interp.errors import ConfigError, CorruptStateError
+from interp.errors import ConfigError
 from interp.experiments.effects import (EffectsConfig, EffectsResult, LayerStore, _meta as _effects_meta, _order, _prompts,
                                         _table, clean_pass, head_effects)
 from interp.experiments.patch_tasks import Pair
 from interp.experiments.patching import (PatchConfig, PatchResult, _meta as _patch_meta, _rows, head_table, patch_heads,
-                                         unit_path)
+                                         read_unit, unit_path)
 from interp.experiments.units import keep_units
 
 
@@ -209,7 +209,7 @@ def patch_on_workers(spec: ModelSpec, pairs: Sequence[Pair], config: PatchConfig
             Ray missing, ``workers`` < 1.
         InterpError: a chunk failed after its retries.
     """
-    from interp.io import read_arrays, write_arrays_atomic
+    from interp.io import write_arrays_atomic
 
     cfg, pairs = config or PatchConfig(), list(pairs)
     if not pairs:
@@ -235,11 +235,7 @@ def patch_on_workers(spec: ModelSpec, pairs: Sequence[Pair], config: PatchConfig
 
     def load(path: Path) -> dict:
         l, N = units[path.name]
-        P = len(buckets[N])
-        got = read_arrays(path, per_pair=(len(rows[l]), P), clean=(P,), corrupt=(P,))
-        if got is None:
-            raise CorruptStateError(f"unit {path} cannot be read")
-        return got
+        return read_unit(path, len(rows[l]), len(buckets[N]))
 
     def compute(todo: list[str]):
         jobs = [(k, actors[k % len(actors)].run.remote(_patch_chunk, [pairs[i] for i in buckets[units[n][1]]],
