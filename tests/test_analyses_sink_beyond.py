@@ -4,22 +4,23 @@ import numpy as np
 import pytest
 
 import interp
-from analyses.p001_frayed.sink_beyond import MEASURES, main, prefix_means
+from analyses.p001_frayed.sink_beyond import MEASURES, SPECTRUM, main, parse_lengths, prefix_means
 from tests.conftest import random_tokens
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
 def test_prefix_means_with_every_row_equal_a_scan_of_each_prefix(name):
     """Causality: the first n positions of one forward are a forward of the n-token prefix, so with every query row
-    (rows >= n: exact) the four means equal the scan's columns on that prefix (tiny-gemma3: sliding window 8, QK-norm)."""
+    (rows >= n: exact) the four means equal the scan's columns on that prefix, and the prefix Grams summed chunk by
+    chunk give the scan's stable ranks and FSV ratio (tiny-gemma3: sliding window 8, QK-norm)."""
     model = interp.load_model(name)
     toks = random_tokens(48, seed=3)
     cap = interp.capture(model, toks)
-    got = prefix_means(model, cap, [12, 48], rows=32)
+    got = prefix_means(model, cap, [48, 12, 30], rows=32)  # unsorted: the Grams accumulate in length order
     cfg = interp.ScanConfig(counterfactual_queries=0, max_qk_queries=10_000, geometry=True, cluster_points=100)
-    for n in (12, 48):
+    for n in (12, 30, 48):
         heads = interp.scan(model, toks[None, :n], cfg).heads.sort_values(["layer", "head"])
-        for m in MEASURES:
+        for m in MEASURES + SPECTRUM:
             np.testing.assert_allclose(got[n][m].ravel(), heads[m].to_numpy(), rtol=2e-5, atol=1e-6, err_msg=f"{m} at {n}")
 
 
@@ -38,5 +39,19 @@ def test_quick_run_writes_both_tables(tmp_path):
     main(["--quick", "--out", str(tmp_path)])
     per = pd.read_csv(tmp_path / "sink_beyond_prompts.csv")
     summary = pd.read_csv(tmp_path / "sink_beyond.csv")
-    assert set(per["measure"]) == set(MEASURES) and sorted(per["length"].unique()) == [32, 64, 128]
+    heads = pd.read_csv(tmp_path / "sink_beyond_heads.csv")
+    assert set(per["measure"]) == set(MEASURES + SPECTRUM) and sorted(per["length"].unique()) == [32, 64, 128]
     assert set(summary["length_to"]) == {64, 128} and (summary["prompts"] == 3).all()
+    # per head: the mean over the 3 prompts inside its bootstrap interval, one row per layer, head, length and measure
+    assert len(heads) == 2 * 4 * 3 * len(MEASURES + SPECTRUM)  # tiny-llama: 2 layers x 4 heads
+    assert (heads["lo"] <= heads["mean"] + 1e-12).all() and (heads["mean"] <= heads["hi"] + 1e-12).all()
+    mean = per[(per["length"] == 128) & (per["measure"] == "sink_weight")]["median"]
+    assert heads["prompts"].eq(3).all() and len(mean) == 3
+
+
+def test_lengths_are_token_counts_or_multiples_of_the_context():
+    assert parse_lengths("1024, 0.5x,2x,4096", 8192) == [1024, 4096, 16384]
+    with pytest.raises(ValueError, match="neither a token count"):
+        parse_lengths("4k", 8192)
+    with pytest.raises(ValueError, match="at least 2"):
+        parse_lengths("0.0001x", 8192)

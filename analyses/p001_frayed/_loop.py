@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 import interp
@@ -41,17 +41,18 @@ def run_names(args, saved: Collection[str] = ()) -> list[str]:
     return [m for m in args.models if m in saved or m in have]
 
 
-def model_runs(args, n_prompts: int, tokens: int, corpus: str = "pydoc", device: str = "cpu",
+def model_runs(args, n_prompts: int, tokens: int | Callable[[object], int], corpus: str = "pydoc", device: str = "cpu",
                saved: Collection[str] = ()) -> Iterator[ModelRun]:
     """Each model of :func:`run_names` in turn, loaded on ``device``, with ``n_prompts`` prompts of ``tokens`` tokens
     drawn past the context (``interp.corpus.prompts(..., beyond_context=True)``): random tokens in quick mode, else
-    ``corpus``. A model in ``saved`` is not loaded (its ``model`` and ``prompts`` are ``None``). Once the loop body is
+    ``corpus``; ``tokens`` may be a function of the loaded model's card (lengths in multiples of its context). A model in ``saved`` is not loaded (its ``model`` and ``prompts`` are ``None``). Once the loop body is
     done with a run, its ``model`` and ``prompts`` are set to ``None``, so the next model loads with this one freed."""
     for name in run_names(args, saved):
         run = ModelRun(name, None, None, time.perf_counter())
         if name not in saved:
             run.model = interp.load_model(name, device=device)
-            run.prompts = interp.corpus.prompts(run.model, "random" if args.quick else corpus, n_prompts, tokens,
+            n_tokens = tokens(run.model.card) if callable(tokens) else tokens
+            run.prompts = interp.corpus.prompts(run.model, "random" if args.quick else corpus, n_prompts, n_tokens,
                                                 beyond_context=True)
         yield run
         run.model = run.prompts = None

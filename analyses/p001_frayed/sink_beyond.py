@@ -15,16 +15,25 @@ the rest, ``interp.attention.stratified_rows``; unbiased for the mean over all `
 - ``sink_weight``: ``mean_{i<n} A[i, 0]`` with RoPE, as the scan's ``sink_weight`` on the ``n``-token prefix;
 - ``sink_weight_norope``: the same with ``softmax(q_pre . k_pre)`` (same scale, mask, soft-cap), the scan's
   ``sink_weight_norope``;
-- ``max_qk_rot`` / ``max_qk_pre``: ``mean_{i<n} max_{j<=i} q_i . k_j`` (raw dot products), the scan's columns.
+- ``max_qk_rot`` / ``max_qk_pre``: ``mean_{i<n} max_{j<=i} q_i . k_j`` (raw dot products), the scan's columns;
+- ``srank_k_pre``, ``srank_k_rot``, ``srank_q_pre``, ``srank_q_rot``, ``fsv_ratio_k`` (001 Fig. 4): stable ranks and
+  the key FSV ratio of the prefix's queries and keys, from its Gram matrices ``sum_{i<n} x_i x_i^T`` (every row, exact:
+  accumulated chunk by chunk between the lengths, float32 products summed in float64, as ``interp scan``'s
+  ``spectrum`` measure; ``interp.measures.spectrum.spectrum_metrics``); kv-head values shown on each query head of the
+  group, as the scan's head table.
 
 Per prompt and length the median over heads is kept (as ``frayed_bootstrap.py``), and the per-prompt changes from
 the shortest length and from the longest length inside the context get a 95% percentile bootstrap interval over
 prompts (``frayed_bootstrap.changes``). The tiny-model test checks the estimates with all rows against
 ``interp.scan`` of each prefix.
 
-Writes ``sink_beyond_prompts.csv`` (``model, prompt, length, context, measure, median``) and ``sink_beyond.csv``
+Writes ``sink_beyond_prompts.csv`` (``model, prompt, length, context, measure, median``), ``sink_beyond.csv``
 (``model, measure, length_from, length_to, beyond_context, prompts, change, change_lo, change_hi, positive,
-value_from, value_to, boot``).
+value_from, value_to, boot``) and, per head, ``sink_beyond_heads.csv`` (``model, layer, head, length, context, measure,
+mean, lo, hi, prompts``: the mean over prompts with its 95% bootstrap interval over prompts).
+
+``--lengths`` takes token counts or multiples of each model's context (``0.125x,1x,2x,4x``), so one run sweeps models
+of different contexts to the same multiples (the ``sink`` step of ``analyses/benchmarks/device_check.sh``).
 
     python -m analyses.p001_frayed.sink_beyond [--models smollm2-135m] [--lengths 1024,2048,4096,8192,16384]
         [--prompts 8] [--rows 256] [--corpus stdlib] [--boot 2000] [--device cpu] [--quick] [--out DIR]
@@ -40,10 +49,14 @@ import interp
 from analyses._common import parser, write_rows
 from analyses.p001_frayed._loop import model_runs
 from analyses.p001_frayed.frayed_bootstrap import changes
+from interp.experiments.stats import bootstrap_interval
 from interp.attention import key_weight_rows, stratified_rows
+from interp.measures.base import kv_index
 from interp.measures.geometry import max_qk
+from interp.measures.spectrum import gram, spectrum_metrics
 
 MEASURES = ["sink_weight", "sink_weight_norope", "max_qk_rot", "max_qk_pre"]
+SPECTRUM = ["srank_k_pre", "srank_k_rot", "srank_q_pre", "srank_q_rot", "fsv_ratio_k"]
 
 
 def query_rows(n: int, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,7 +77,8 @@ def query_rows(n: int, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
 
 def prefix_means(model, cap, lengths: list[int], rows: int, seed: int = 0) -> dict[int, dict[str, np.ndarray]]:
     """Per length ``n``: ``{measure: [layer, head] float64}``, the means over the ``n``-token prefix's queries of each
-    ``MEASURES`` column, from one capture of the longest prompt (module docstring).
+    ``MEASURES`` column and the ``SPECTRUM`` columns of the prefix, from one capture of the longest prompt (module
+    docstring).
 
     Args:
         model: the ``LoadedModel`` captured (its card gives each layer's scale, window and soft-cap).
@@ -73,7 +87,8 @@ def prefix_means(model, cap, lengths: list[int], rows: int, seed: int = 0) -> di
             (the same rows for every layer and head).
     """
     card = model.card
-    out = {n: {m: np.zeros((card.n_layers, card.n_heads)) for m in MEASURES} for n in lengths}
+    lengths = sorted(lengths)
+    out = {n: {m: np.zeros((card.n_layers, card.n_heads)) for m in MEASURES + SPECTRUM} for n in lengths}
     for n in lengths:
         pos, w = query_rows(n, rows, seed + n)
         for layer in range(card.n_layers):
@@ -84,38 +99,100 @@ def prefix_means(model, cap, lengths: list[int], rows: int, seed: int = 0) -> di
                 mq = max_qk(q, k, window, queries=pos).double().cpu()
                 out[n]["sink_weight" + ("_norope" if name else "")][layer] = (a0 * w).sum(-1).numpy()
                 out[n]["max_qk" + (name or "_rot")][layer] = (mq * w).sum(-1).numpy()
+    kv = kv_index(card)
+    for layer in range(card.n_layers):
+        grams = {}
+        for start, n in zip([0] + lengths[:-1], lengths):  # each prefix's Gram = the previous one's + its new rows'
+            for x in ("q", "k"):
+                for kind in ("pre", "rot"):
+                    rows_x = getattr(cap, f"{x}_{kind}")[layer][start:n]
+                    grams[x, kind] = grams.get((x, kind), 0) + gram(rows_x).cpu()
+                pre, rot = spectrum_metrics(grams[x, "pre"]), spectrum_metrics(grams[x, "rot"])
+                e = (lambda t: t[kv]) if x == "k" else (lambda t: t)  # kv-head values on each query head of the group
+                out[n][f"srank_{x}_pre"][layer] = e(pre["srank"]).numpy()
+                out[n][f"srank_{x}_rot"][layer] = e(rot["srank"]).numpy()
+                if x == "k":
+                    out[n]["fsv_ratio_k"][layer] = e(rot["spec_norm"] / pre["spec_norm"]).numpy()
     return out
+
+
+def parse_lengths(spec: str, context: int) -> list[int]:
+    """Prefix lengths from ``--lengths``: token counts (``1024``) or multiples of the model's context (``4x``: four
+    times ``context``; ``0.125x``), sorted and without repeats.
+
+    Raises:
+        ValueError: an entry that is neither, or a length below 2 tokens.
+    """
+    out = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            n = round(float(part[:-1]) * context) if part.endswith("x") else int(part)
+        except ValueError:
+            raise ValueError(f"--lengths: {part!r} is neither a token count (1024) nor a multiple of the context (4x)") from None
+        if n < 2:
+            raise ValueError(f"--lengths: {part!r} gives {n} tokens; a prefix needs at least 2")
+        out.add(n)
+    return sorted(out)
+
+
+def head_rows(name: str, context: int, lengths: list[int], per_prompt: list[dict], boot: int) -> pd.DataFrame:
+    """``sink_beyond_heads.csv`` rows: per layer, head, length and measurement the mean over prompts and its 95%
+    percentile bootstrap interval over prompts (``interp.experiments.stats.bootstrap_interval``, seed 0).
+
+    Args:
+        per_prompt: one ``prefix_means`` result per prompt (``{length: {measure: [layer, head]}}``).
+    """
+    frames = []
+    for n in lengths:
+        for m in per_prompt[0][n]:
+            v = np.stack([p[n][m] for p in per_prompt], -1)  # [layer, head, prompt]
+            L, H, P = v.shape
+            lo, hi = bootstrap_interval(v.reshape(L * H, P), boot)
+            frames.append(pd.DataFrame({"model": name, "layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L),
+                                        "length": n, "context": context, "measure": m, "mean": v.reshape(L * H, P).mean(1),
+                                        "lo": lo, "hi": hi, "prompts": P}))
+    return pd.concat(frames, ignore_index=True)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 3 random-token prompts at 32, 64 and 128 tokens, 200 resamples")
     ap.set_defaults(models=["smollm2-135m"])
-    ap.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--lengths", default="1024,2048,4096,8192,16384",
+                    help="prefix lengths: token counts, or multiples of each model's context (0.125x,1x,4x)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--rows", type=int, default=256, help="query rows per length: this many first positions, this many stratified over the rest")
     ap.add_argument("--corpus", default="stdlib", help="stdlib (pydoc holds 113k tokens: 6 prompts of 16384)")
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
-    lengths = [32, 64, 128] if args.quick else sorted(int(x) for x in args.lengths.split(","))
+    spec = "32,64,128" if args.quick else args.lengths
+    try:
+        parse_lengths(spec, 1)
+    except ValueError as e:
+        ap.error(str(e))
     n, boot = (3, 200) if args.quick else (args.prompts, args.boot)
-    per = []
-    for run in model_runs(args, n, max(lengths), corpus=args.corpus, device=args.device):
+    per, heads = [], []
+    lengths_of = lambda card: parse_lengths(spec, card.context_length)  # noqa: E731
+    for run in model_runs(args, n, lambda card: max(lengths_of(card)), corpus=args.corpus, device=args.device):
         name, model, prompts = run.name, run.model, run.prompts
-        context = model.card.context_length
+        context, lengths = model.card.context_length, lengths_of(model.card)
+        got = []
         for i in range(n):
             cap = interp.capture(model, prompts[i], beyond_context=True)
-            for length, cols in prefix_means(model, cap, lengths, args.rows).items():
+            got.append(prefix_means(model, cap, lengths, args.rows))
+            for length, cols in got[-1].items():
                 for measure, v in cols.items():
                     per.append({"model": name, "prompt": i, "length": length, "context": context, "measure": measure,
                                 "median": float(np.median(v))})
             del cap
             print(f"{name}: prompt {i + 1} of {n} at {lengths} ({run.seconds():.0f} s)", flush=True)
+        heads.append(head_rows(name, context, lengths, got, boot))
         del model, prompts
     per_df = pd.DataFrame(per)
     summary = changes(per_df, boot)
     merge = not args.quick
     write_rows(per_df, args.out / "sink_beyond_prompts.csv", keys=("model",), merge=merge)
+    write_rows(pd.concat(heads, ignore_index=True), args.out / "sink_beyond_heads.csv", keys=("model",), merge=merge)
     out = write_rows(summary, args.out / "sink_beyond.csv", keys=("model",), merge=merge)
     print(summary[summary["beyond_context"]][["model", "measure", "length_from", "length_to", "change", "change_lo",
                                                "change_hi", "positive"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
