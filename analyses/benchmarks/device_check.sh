@@ -19,9 +19,12 @@
 #              intervals over prompts of the change from 1k of the key stable ranks, FSV ratio, silhouette, sink weight
 #              with and without RoPE and max q.k, within and beyond the context (001 Figs. 4, 6, 11; Fig. 6 at 4-8x);
 #              needs the SmolLM2 zoo file (make venv); sized for one call of at most 8 minutes (not yet timed);
-#   sink       claims 001d / 001e at 4-8x the context: analyses/p001_frayed/sink_beyond.py on SmolLM2, 16 stdlib
-#              prompts captured once at 65536 tokens, the sink weight with and without RoPE and max q.k of every prefix
-#              length 1k-64k (the CPU run stopped at 16k, 2x; not yet timed on a GPU);
+#   sink       claims 001d / 001e at 4-8x the context (issue 47): analyses/p001_frayed/sink_beyond.py, 16 stdlib prompts per
+#              model captured once at the longest length, every prefix length's sink weight with and without RoPE,
+#              max q.k, stable ranks and key FSV ratio, per head with bootstrap intervals over prompts: SmolLM2 (context
+#              8192) at 1k-64k (8x), then Qwen2.5-Coder-0.5B and Gemma-3-270M (context 32768) at 1k-128k (4x), one
+#              model per call so a failure keeps the others' tables (the CPU run stopped at 32k, 4x; not yet timed on a
+#              GPU: 150 + 165 + 165 s at most);
 #   loo        claim 003e: analyses/p003_sparsity/leave_one_out.py with 500 windows (the paper's sample size) on the GPU;
 #   rope_id_sink  claim 001h: analyses/p001_frayed/rope_id_sink.py, two lab byte models (RoPE, RoPE-ID; 4 layers x 8 heads,
 #              width 512) trained at once for 4000 steps of 64 x 256 stdlib tokens, sink heads (importance of token 0 > 0.3)
@@ -52,8 +55,12 @@ for step in "${@:-tests scan}"; do
                  --prompts 8 --tokens 512 --naive-heads 30 --out "$OUT" ;;
       frayed) timeout 480 python -m analyses.p001_frayed.frayed_bootstrap --models smollm2-135m --device cuda \
                 --lengths 1024,4096,8192,16384,32768,65536 --prompts 16 --corpus stdlib --out "$OUT" ;;
-      sink) timeout 480 python -m analyses.p001_frayed.sink_beyond --models smollm2-135m --device cuda \
-              --lengths 1024,2048,4096,8192,16384,32768,65536 --prompts 16 --out "$OUT" ;;
+      sink) timeout 150 python -m analyses.p001_frayed.sink_beyond --models smollm2-135m --device cuda \
+              --lengths 1024,2048,4096,0.5x,1x,2x,4x,8x --prompts 16 --out "$OUT" || echo "sink: smollm2-135m stopped (exit $?)"
+            for m in qwen2.5-coder-0.5b gemma-3-270m; do
+              timeout 165 python -m analyses.p001_frayed.sink_beyond --models "$m" --device cuda \
+                --lengths 1024,4096,0.25x,0.5x,1x,2x,4x --prompts 16 --out "$OUT" || echo "sink: $m stopped (exit $?)"
+            done ;;
       loo) timeout 540 python -m analyses.p003_sparsity.leave_one_out --examples 500 --device cuda --out "$OUT" ;;
       rope_id_sink) timeout 480 python -m analyses.p001_frayed.rope_id_sink --device cuda --out "$OUT" ;;  # its defaults
       copy_finetune) timeout 480 python -m analyses.p000_copy.copy_finetune --model smollm2-135m --device cuda --out "$OUT" ;;  # its defaults

@@ -22,8 +22,11 @@ in one run:
   ``ph_stats_s`` (pass 2 and the key-0 / map reads; ``pass2`` names the variant ``triton_attention`` picked,
   per-head, packed or packed-small by kv head, and ``pass2_ms`` each one's time on the first layer),
   ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's per-layer update), ``ph_flush_s`` (device sums to the
-  CPU, once per scan), ``ph_model_s`` (the rest: the model's own layers, taps and Python), ``tables_s`` (building
-  ``heads`` from the summed state, not part of ``scan_s``).
+  CPU, once per scan), ``ph_taps_s`` (the taps' own work: the finite check, the pre-RoPE q / k undone from the
+  model's, the float32 copies of q / k / v), ``ph_model_s`` (the rest: the model's own layers and Python), ``tables_s``
+  (building ``heads`` from the summed state, not part of ``scan_s``), and ``ph_detail``: the inner phases of the same
+  scan, ``outer/inner seconds`` joined by `` / `` (each measure's update, ``measures/spectrum``; the taps' parts,
+  ``taps/pre``, ``taps/copies``: ``phase_timer(detail=True)``).
 
 Plus the same work on both engines for ``smollm2-135m``'s config (random weights), 1024 tokens in float32: the GPU
 (Triton) and this machine's CPU (fused C++ kernel, ``torch.get_num_threads()`` threads), so the engines are compared
@@ -105,23 +108,25 @@ def timed(fn, device: str, repeats: int) -> tuple[float, float]:
     return best, peak
 
 
-PHASES = ("attention", "stats", "counterfactual", "measures", "flush")
+PHASES = ("taps", "attention", "stats", "counterfactual", "measures", "flush")
 
 
 def phases(model, toks, device: str, engine: str) -> dict:
-    """Seconds per phase of one default scan (``interp.engine.phases``), the rest as ``ph_model_s``, and ``tables_s``."""
+    """Seconds per phase of one default scan (``interp.engine.phases``), the rest as ``ph_model_s``, the inner phases as
+    ``ph_detail``, and ``tables_s``."""
     from interp.engine import ScanConfig, scan
     from interp.engine.phases import phase_timer
 
     _sync(device)
-    with phase_timer() as timer:
+    with phase_timer(detail=True) as timer:
         t = time.perf_counter()
         res = scan(model, [toks], ScanConfig(), engine=engine, beyond_context=True)
         _sync(device)
         wall = time.perf_counter() - t
-    sec = timer.seconds
+    sec = timer.top
     row = {f"ph_{p}_s": sec.get(p, 0.0) for p in PHASES}
     row["ph_model_s"] = wall - sum(row.values())
+    row["ph_detail"] = " / ".join(f"{k} {v:.3g}" for k, v in sorted(timer.detail.items(), key=lambda kv: -kv[1]))
     t = time.perf_counter()
     res.heads
     row["tables_s"] = time.perf_counter() - t

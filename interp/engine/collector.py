@@ -215,10 +215,12 @@ class Collector:
             elif not all_finite(call.query, call.key):
                 raise NumericsError(f"{self.card.name}: layer {call.layer} produced non-finite queries or keys in {call.query.dtype} "
                                     f"(overflow); scan in bfloat16 or float32 (--dtype)")
-            q_pre, k_pre = call.pre()
-        f32 = lambda t: t.float()  # noqa: E731
-        return self.attend(call.layer, f32(call.query), f32(call.key), f32(call.value), call.scale, call.window, call.softcap,
-                           q_pre, k_pre, (call.query, call.key, call.value))
+            with phase("pre", call.query.device):
+                q_pre, k_pre = call.pre()
+            with phase("copies", call.query.device):  # what the measures read: float32 whatever the model's dtype
+                q, k, v = call.query.float(), call.key.float(), call.value.float()
+        return self.attend(call.layer, q, k, v, call.scale, call.window, call.softcap, q_pre, k_pre,
+                           (call.query, call.key, call.value))
 
     def attend(self, layer, q_rot, k_rot, v, scale, window, softcap, q_pre, k_pre, native=None):
         """One layer of one prompt: q/k/v ``[pos, head|kv_head, d_head]`` -> attention output ``[pos, head, d_head]``.
@@ -241,7 +243,8 @@ class Collector:
                        self.card, self.cfg, products, value=v)
         with phase("measures", q_rot.device):
             for m in self.measures:
-                self._place(m, m.update(x), layer)
+                with phase(m.name, q_rot.device):  # timed alone under phase_timer(detail=True)
+                    self._place(m, m.update(x), layer)
         return out
 
     def _key0_pre_sampled(self, q_pre, k_pre, scale, window, softcap) -> torch.Tensor:
