@@ -82,7 +82,8 @@ BENCHMARKS = {"ablation_cost": "analyses.benchmarks.ablation_cost", "dtype_error
               "gpu_scan": "analyses.benchmarks.gpu_scan",  # full mode needs a CUDA GPU (skips, saying so, without one)
               "sink_estimate": "analyses.benchmarks.sink_estimate",
               "effects_cost": "analyses.benchmarks.effects_cost",
-              "patch_cost": "analyses.benchmarks.patch_cost"}
+              "patch_cost": "analyses.benchmarks.patch_cost",
+              "gram_precision": "analyses.benchmarks.gram_precision"}  # emulated on a CPU, hardware on a GPU (--device cuda)
 
 
 def path_of(module: str) -> Path:

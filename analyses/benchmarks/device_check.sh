@@ -5,9 +5,13 @@
 #                                                               of figures/)
 # Steps, each with its own time limit (pick what fits the session's device time):
 #   tests      the GPU tests (tests/engine/test_triton.py: CPU-engine equality, int64 offsets, entropy, both pass-2
-#              variants; the lab's and the induction study's CUDA paths), about 3 minutes with compilation;
+#              variants; tests/engine/test_triton_rows.py: the counterfactual's sampled rows and their per-shape
+#              choice; the lab's and the induction study's CUDA paths), about 3 minutes with compilation;
 #   scan       issue 34: analyses/benchmarks/gpu_scan.py, Llama-3.1-8B / Qwen2.5-7B / Gemma-3-4B shapes, random weights,
 #              bf16, 4k / 8k / 32k tokens, with its per-phase breakdown and the pass-2 variant picked (about 5 minutes);
+#   gram       issue 47: analyses/benchmarks/gram_precision.py on the GPU's own TF32 / bf16 tensor cores (the committed CPU
+#              table emulates them): the spectrum measure's Gram matrices of the zoo models' bf16 q / k in float32, TF32
+#              and bf16 against float64 (needs the zoo files; about a minute);
 #   induction  issue 35: analyses/emergence/induction_text.py on the GPU, 3 seeds of the byte model trained on the
 #              standard library's source (pydoc's 419k bytes are memorised long before; see the script's pilots) with
 #              64 windows per step for 10000 steps (164M tokens per seed), the seeds in 3 processes at once (the small
@@ -46,10 +50,11 @@ python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device: this
 for step in "${@:-tests scan}"; do
   for s in $step; do
     case "$s" in
-      tests) timeout 240 python -m pytest -q -x tests/engine/test_triton.py tests/lab/test_model.py tests/test_analyses_emergence.py \
+      tests) timeout 240 python -m pytest -q -x tests/engine/test_triton.py tests/engine/test_triton_rows.py tests/lab/test_model.py tests/test_analyses_emergence.py \
                -k "triton or cuda or gpu or packed or pass2" -p no:cacheprovider ;;
       scan) timeout 420 python -m analyses.benchmarks.gpu_scan --models llama-3.1-8b qwen2.5-7b gemma-3-4b \
               --lengths 4096 8192 32768 --repeats 2 --out "$OUT/gpu_scan.csv" ;;
+      gram) timeout 240 python -m analyses.benchmarks.gram_precision --device cuda --out "$OUT" ;;
       induction) timeout 540 python -m analyses.emergence.induction_text --device cuda --out "$OUT" ;;  # its defaults: the committed run
       effects) timeout 300 python -m analyses.benchmarks.effects_cost --model smollm2-135m --random-weights --device cuda \
                  --prompts 8 --tokens 512 --naive-heads 30 --out "$OUT" ;;
@@ -64,7 +69,7 @@ for step in "${@:-tests scan}"; do
       loo) timeout 540 python -m analyses.p003_sparsity.leave_one_out --examples 500 --device cuda --out "$OUT" ;;
       rope_id_sink) timeout 480 python -m analyses.p001_frayed.rope_id_sink --device cuda --out "$OUT" ;;  # its defaults
       copy_finetune) timeout 480 python -m analyses.p000_copy.copy_finetune --model smollm2-135m --device cuda --out "$OUT" ;;  # its defaults
-      *) echo "device_check.sh: unknown step '$s'; use tests, scan, induction, effects, frayed, sink, loo, rope_id_sink or copy_finetune" >&2; exit 2 ;;
+      *) echo "device_check.sh: unknown step '$s'; use tests, scan, gram, induction, effects, frayed, sink, loo, rope_id_sink or copy_finetune" >&2; exit 2 ;;
     esac
   done
 done

@@ -21,7 +21,8 @@ in one run:
   (pass 1: output and log-sum-exp; ``pass1`` names the kernel ``interp.engine.kernels.sdpa_lse`` picked),
   ``ph_stats_s`` (pass 2 and the key-0 / map reads; ``pass2`` names the variant ``triton_attention`` picked,
   per-head, packed or packed-small by kv head, and ``pass2_ms`` each one's time on the first layer),
-  ``ph_counterfactual_s``, ``ph_measures_s`` (every measure's per-layer update), ``ph_flush_s`` (device sums to the
+  ``ph_counterfactual_s`` (``cf_rows`` names the sampled-rows variant ``interp.engine.kernels.triton_rows`` picked,
+  ``cf_rows_ms`` each one's time on the first layer), ``ph_measures_s`` (every measure's per-layer update), ``ph_flush_s`` (device sums to the
   CPU, once per scan), ``ph_taps_s`` (the taps' own work: the finite check, the pre-RoPE q / k undone from the
   model's, the float32 copies of q / k / v), ``ph_model_s`` (the rest: the model's own layers and Python), ``tables_s``
   (building ``heads`` from the summed state, not part of ``scan_s``), and ``ph_detail``: the inner phases of the same
@@ -154,6 +155,7 @@ def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
         picked = [c["picked"] for k, c in sdpa_lse.choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} ")]
         row["pass1"] = picked[0] if picked else ("triton" if device.startswith("cuda") else "none (CPU)")
         row.update(pass2_pick(n, model.card.n_heads, device))
+        row.update(rows_pick(n, model.card.n_heads, device))
         for tag, cfg in (("exact", ScanConfig(counterfactual_queries=0)), ("full", ScanConfig(counterfactual_queries=0, full_profile=True))):
             row[f"scan_{tag}_s"], row[f"peak_scan_{tag}_gib"] = timed(
                 lambda cfg=cfg: scan(model, [toks], cfg, engine=engine, beyond_context=True), device, 1)
@@ -180,6 +182,17 @@ def pass2_pick(n: int, heads: int, device: str) -> dict:
     if not picked:
         return {"pass2": "per-head" if device.startswith("cuda") else "none (CPU)", "pass2_ms": ""}
     return {"pass2": picked[0]["picked"], "pass2_ms": " / ".join(f"{k} {v:.3g}" for k, v in picked[0]["ms"].items())}
+
+
+def rows_pick(n: int, heads: int, device: str) -> dict:
+    """``cf_rows``: the variant ``triton_rows`` picked for the pre-RoPE counterfactual's sampled rows at this length and
+    head count, ``cf_rows_ms``: each valid variant's milliseconds on the first layer."""
+    from interp.engine.kernels import triton_rows as tr
+
+    picked = [c for k, c in tr.rows_choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} h{heads} ")]
+    if not picked:
+        return {"cf_rows": "triton" if device.startswith("cuda") else "none (CPU)", "cf_rows_ms": ""}
+    return {"cf_rows": picked[0]["picked"], "cf_rows_ms": " / ".join(f"{k} {v:.3g}" for k, v in picked[0]["ms"].items())}
 
 
 def profile(model, n: int) -> None:

@@ -20,8 +20,9 @@ at 32k tokens most of a per-lag entry is zeros that never cross the bus); no hos
 Products are computed only as far as the measures read them: ``lag`` over the union of the measures' lag windows
 (``Measure.lag_window``; the Triton engine skips the tiles outside it), and the pre-RoPE ``key0_pre`` over a
 stratified sample of ``counterfactual_queries`` query positions (``interp.attention.key_weight_rows``, float32; its
-C++ twin ``interp.engine.kernels.key_weight_rows`` on the fused CPU engine, equal to float32 rounding) or, with 0, from
-every query through the kernels. ``interp.engine.phases`` times each part.
+C++ twin ``interp.engine.kernels.key_weight_rows`` on the fused CPU engine and its Triton twin
+``interp.engine.kernels.triton_rows`` on the Triton engine, each equal to float32 rounding) or, with 0, from every
+query through the kernels. ``interp.engine.phases`` times each part.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from interp.engine import kernels
-from interp.engine.kernels import triton_attention
+from interp.engine.kernels import triton_attention, triton_rows
 from interp.attention import (attention_blocks, entropy_sums, key_mass_sums, key_weight, key_weight_rows, lag_sums, stratified_rows,
                               token_match_sums)
 from interp.engine.phases import phase
@@ -257,6 +258,8 @@ class Collector:
         _, rows, rows_dev, weights = self._rows
         if self.engine == "fused-cpu":  # the same rows and arithmetic in the C++ kernel, about 3x faster
             w = kernels.key_weight_rows(q_pre, k_pre, rows, scale, window, softcap)
+        elif self.engine == "triton":  # streamed keys, no [head, rows, pos] logits (PyTorch's path where it is faster)
+            w = triton_rows.key_weight_rows(q_pre, k_pre, rows_dev, scale, window, softcap, rows_host=rows)
         else:
             w = key_weight_rows(q_pre, k_pre, rows_dev, scale, window, softcap, rows_host=rows)
         return w.double() @ weights

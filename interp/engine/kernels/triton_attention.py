@@ -37,7 +37,8 @@ dtype (float32 inputs in IEEE float32, so float32 scans are exact). Offsets into
 (``pos * head * d_head`` passes 2^31 at 512k tokens of an 8B model's shapes).
 
 The exact pre-RoPE key-0 weight (``counterfactual_queries=0``) reuses pass 1 without v on the pre-RoPE vectors in
-the inputs' dtype: ``A_pre[i, 0] = exp(s_pre[i, 0] - lse_pre_i)``; the default estimate is computed by the collector.
+the inputs' dtype: ``A_pre[i, 0] = exp(s_pre[i, 0] - lse_pre_i)``; the default estimate from sampled rows is
+``interp.engine.kernels.triton_rows`` (called by the collector).
 
 Low-level module: imports torch, triton (``available()`` is False without it), ``interp.engine.kernels``' pairing helper
 and ``sdpa_lse`` (PyTorch's fused kernels for pass 1).
