@@ -216,10 +216,10 @@ class Collector:
             elif not all_finite(call.query, call.key):
                 raise NumericsError(f"{self.card.name}: layer {call.layer} produced non-finite queries or keys in {call.query.dtype} "
                                     f"(overflow); scan in bfloat16 or float32 (--dtype)")
-            with phase("pre", call.query.device):
-                q_pre, k_pre = call.pre()
             with phase("copies", call.query.device):  # what the measures read: float32 whatever the model's dtype
                 q, k, v = call.query.float(), call.key.float(), call.value.float()
+            with phase("pre", call.query.device):
+                q_pre, k_pre = call.pre(q, k)  # from the float32 copies: no second upcast of 16-bit q / k
         return self.attend(call.layer, q, k, v, call.scale, call.window, call.softcap, q_pre, k_pre,
                            (call.query, call.key, call.value))
 

@@ -64,9 +64,14 @@ class AttentionCall:
     pairing: str
     default: Callable[[], tuple[torch.Tensor, torch.Tensor | None]]
 
-    def pre(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(q_pre [pos, head, d_head], k_pre [pos, kv_head, d_head])`` float32: RoPE undone with the model's tables."""
-        return unrotate_tables(self.query, self.cos, self.sin, self.pairing), unrotate_tables(self.key, self.cos, self.sin, self.pairing)
+    def pre(self, query: torch.Tensor | None = None, key: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(q_pre [pos, head, d_head], k_pre [pos, kv_head, d_head])`` float32: RoPE undone with the model's tables.
+
+        ``query`` / ``key``: float32 copies of the call's own (a caller that holds them already saves unrotating from
+        16-bit values, which copies them to float32 once more)."""
+        q = self.query if query is None else query
+        k = self.key if key is None else key
+        return unrotate_tables(q, self.cos, self.sin, self.pairing), unrotate_tables(k, self.cos, self.sin, self.pairing)
 
 
 Handler = Callable[[AttentionCall], "torch.Tensor | None"]
