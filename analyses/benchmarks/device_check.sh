@@ -6,7 +6,8 @@
 # Steps, each with its own time limit (pick what fits the session's device time):
 #   tests      the GPU tests (tests/engine/test_triton.py: CPU-engine equality, int64 offsets, entropy, both pass-2
 #              variants; tests/engine/test_triton_rows.py: the counterfactual's sampled rows and their per-shape
-#              choice; the lab's and the induction study's CUDA paths), about 3 minutes with compilation;
+#              choice; tests/measures/test_spectrum.py: the Gram matrices on tensor cores; the lab's and the
+#              induction study's CUDA paths), about 3 minutes with compilation;
 #   scan       issue 34: analyses/benchmarks/gpu_scan.py, Llama-3.1-8B / Qwen2.5-7B / Gemma-3-4B shapes, random weights,
 #              bf16, 4k / 8k / 32k tokens, with its per-phase breakdown and the pass-2 variant picked (about 5 minutes);
 #   gram       issue 47: analyses/benchmarks/gram_precision.py on the GPU's own TF32 / bf16 tensor cores (the committed CPU
@@ -50,8 +51,8 @@ python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device: this
 for step in "${@:-tests scan}"; do
   for s in $step; do
     case "$s" in
-      tests) timeout 240 python -m pytest -q -x tests/engine/test_triton.py tests/engine/test_triton_rows.py tests/lab/test_model.py tests/test_analyses_emergence.py \
-               -k "triton or cuda or gpu or packed or pass2" -p no:cacheprovider ;;
+      tests) timeout 240 python -m pytest -q -x tests/engine/test_triton.py tests/engine/test_triton_rows.py tests/measures/test_spectrum.py tests/lab/test_model.py tests/test_analyses_emergence.py \
+               -k "triton or cuda or gpu or packed or pass2 or fast_gram" -p no:cacheprovider ;;
       scan) timeout 420 python -m analyses.benchmarks.gpu_scan --models llama-3.1-8b qwen2.5-7b gemma-3-4b \
               --lengths 4096 8192 32768 --repeats 2 --out "$OUT/gpu_scan.csv" ;;
       gram) timeout 240 python -m analyses.benchmarks.gram_precision --device cuda --out "$OUT" ;;

@@ -35,7 +35,7 @@ import torch
 import interp
 from analyses._common import parser, write_rows
 from analyses.p001_frayed._loop import run_names
-from interp.measures.spectrum import fsv_prediction, spectrum_metrics
+from interp.measures.spectrum import fsv_prediction, spectrum_metrics, tf32_matmul
 
 VARIANTS = ("float64", "float32", "tf32", "bf16")
 COLUMNS = ("r1", "R95", "srank_pre", "srank_rot", "fsv_ratio", "fsv_lemma1")
@@ -72,18 +72,6 @@ def variant_gram(x: torch.Tensor, variant: str) -> torch.Tensor:
     ctx = tf32_matmul() if variant == "tf32" and cuda else contextlib.nullcontext()
     with ctx:
         return (xt.mT @ xt).double()
-
-
-@contextlib.contextmanager
-def tf32_matmul():
-    """cuBLAS float32 GEMMs on TF32 tensor cores inside the block (the process-wide setting restored after)."""
-    m = torch.backends.cuda.matmul
-    before = m.fp32_precision
-    m.fp32_precision = "tf32"
-    try:
-        yield
-    finally:
-        m.fp32_precision = before
 
 
 def metrics(g_pre: torch.Tensor, g_rot: torch.Tensor, pairing: str) -> dict[str, np.ndarray]:

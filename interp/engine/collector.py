@@ -241,7 +241,7 @@ class Collector:
             with phase("variants", q_rot.device):
                 products["variants"] = self._variants(layer, q_pre, k_pre, scale, window, softcap)
         x = LayerInput(layer, self.prompt_id, self.tokens, q_pre, k_pre, q_rot, k_rot, scale, window, softcap,
-                       self.card, self.cfg, products, value=v)
+                       self.card, self.cfg, products, value=v, native=native)
         with phase("measures", q_rot.device):
             for m in self.measures:
                 with phase(m.name, q_rot.device):  # timed alone under phase_timer(detail=True)

@@ -139,6 +139,8 @@ class LayerInput:
         products: the requested products of the tiled pass (``PRODUCTS``).
         value: ``[pos, kv_head, d_head]`` float32 values the layer attends with (None where an engine does not pass
             them; the ``massive`` measure needs them).
+        native: ``(q_rot, k_rot, value)`` as the layer computed them, in the model's dtype (None where an engine does
+            not pass them): a 16-bit model's own values, which GPU products can read on tensor cores without rounding.
     """
 
     layer: int
@@ -155,6 +157,7 @@ class LayerInput:
     config: Any
     products: Mapping[str, Any] = field(default_factory=dict)
     value: Float[torch.Tensor, "pos kv_head d_head"] | None = None
+    native: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def n_pos(self) -> int:

@@ -8,10 +8,19 @@
   norm of the top right singular vector of X restricted to rotation plane k (model pairing).
 
 All from ``X^T X`` summed over tokens and prompts: ``s^2`` are its eigenvalues.
+
+Precision: float32 products summed in float64 across prompts. A 16-bit model scanned on a GPU has its Gram matrices
+made on tensor cores (``gram(..., fast=True)``): the post-RoPE q / k in the model's own dtype (16-bit products are
+exact in float32; float32 accumulation, as the float32 path), the pre-RoPE ones (recovered in float32) in TF32. Against
+float64, on the zoo models' bf16 q / k (``figures/gram_precision.csv``, ``analyses/benchmarks/gram_precision.py``;
+quoted in the engineering results): the post-RoPE metrics keep the float32 path's error, the pre-RoPE ones gain TF32's
+rounding, far below the bf16 model's own difference from float32 (``figures/dtype_error.csv``). A float32 model keeps
+IEEE float32 everywhere.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -21,8 +30,48 @@ from interp.measures.base import Column, Entry, Measure, Option, kv_index
 from interp.rope import plane_channels
 
 
-def gram(x: Float[torch.Tensor, "pos head d_head"]) -> Float[torch.Tensor, "head d_head d_head"]:
-    """``X^T X`` per head (float32 products, returned as float64 for accumulation)."""
+@contextlib.contextmanager
+def tf32_matmul():
+    """cuBLAS float32 GEMMs on TF32 tensor cores inside the block (the process-wide setting restored after; torch
+    2.9's ``fp32_precision``, or ``allow_tf32`` before it)."""
+    m = torch.backends.cuda.matmul
+    name, value = ("fp32_precision", "tf32") if hasattr(m, "fp32_precision") else ("allow_tf32", True)
+    before = getattr(m, name)
+    setattr(m, name, value)
+    try:
+        yield
+    finally:
+        setattr(m, name, before)
+
+
+_NO_OUT_DTYPE: list[bool] = []  # set once a torch without bmm(..., out_dtype=) refused it
+
+
+def _bmm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` of 16-bit CUDA tensors with float32 accumulation and output (``bmm(..., out_dtype=)``, torch >= 2.8),
+    or the float32 product of their upcasts on an older torch (the same products, on CUDA cores)."""
+    if not _NO_OUT_DTYPE:
+        try:
+            return torch.bmm(a, b, out_dtype=torch.float32)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except (TypeError, RuntimeError, NotImplementedError):  # this torch has no such overload
+            _NO_OUT_DTYPE.append(True)
+    return torch.bmm(a.float(), b.float())
+
+
+def gram(x: Float[torch.Tensor, "pos head d_head"], fast: bool = False) -> Float[torch.Tensor, "head d_head d_head"]:
+    """``X^T X`` per head (float32 products, returned as float64 for accumulation).
+
+    ``fast`` (CUDA tensors only; else ignored): tensor cores, 16-bit ``x`` in its dtype with float32 accumulation,
+    float32 ``x`` in TF32 (module docstring: the error table)."""
+    if fast and x.is_cuda:
+        xt = x.transpose(0, 1)
+        if x.dtype in (torch.bfloat16, torch.float16):
+            return _bmm_f32(xt.mT, xt).double()
+        with tf32_matmul():
+            xt = xt.float()
+            return torch.matmul(xt.mT, xt).double()
     x = x.float().transpose(0, 1)
     return torch.matmul(x.transpose(1, 2), x).double()
 
@@ -100,7 +149,11 @@ class Spectrum(Measure):
                 Entry("gram_k_pre", (L, K, D, D)), Entry("gram_k_rot", (L, K, D, D))]
 
     def update(self, x):
-        return {"gram_q_pre": gram(x.q_pre), "gram_q_rot": gram(x.q_rot), "gram_k_pre": gram(x.k_pre), "gram_k_rot": gram(x.k_rot)}
+        # a 16-bit model on a GPU: tensor cores, its own q / k after RoPE (module docstring)
+        fast = x.native is not None and x.native[0].is_cuda and x.native[0].dtype in (torch.bfloat16, torch.float16)
+        q_rot, k_rot = (x.native[0], x.native[1]) if fast else (x.q_rot, x.k_rot)
+        return {"gram_q_pre": gram(x.q_pre, fast), "gram_q_rot": gram(q_rot, fast), "gram_k_pre": gram(x.k_pre, fast),
+                "gram_k_rot": gram(k_rot, fast)}
 
     def compute(self, s):
         st, cfg, kv = s.state, s.config, kv_index(s.card)

@@ -45,3 +45,27 @@ def test_fsv_ratio_and_lemma1_on_long_rank_one_input():
     assert ratio == pytest.approx(direct, rel=1e-6)
     assert ratio == pytest.approx(1 / math.sqrt(2), abs=0.01)
     assert float(spectrum.fsv_prediction(spectrum.gram(x))[0]) == pytest.approx(1 / math.sqrt(2), rel=1e-6)
+
+
+def test_fast_gram_is_the_plain_one_off_a_gpu():
+    from interp.measures.spectrum import gram
+
+    x = torch.randn(50, 3, 8, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(gram(x, fast=True), gram(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_fast_gram_on_cuda_tensor_cores_is_close_to_float64():
+    """bf16 inputs: exact products, float32 accumulation (float32's error); float32 inputs: TF32 (2^-11 per input)."""
+    from interp.measures.spectrum import gram
+
+    x = torch.randn(4096, 4, 64, generator=torch.Generator().manual_seed(0)).cuda()
+    xb = x.to(torch.bfloat16)
+    ref_b = torch.einsum("phd,phe->hde", xb.double(), xb.double())
+    ref = torch.einsum("phd,phe->hde", x.double(), x.double())
+    scale = lambda r: r.diagonal(dim1=-2, dim2=-1).sqrt()  # noqa: E731
+    err = lambda g, r: ((g - r).abs() / (scale(r)[..., :, None] * scale(r)[..., None, :])).max()  # noqa: E731
+    before = torch.backends.cuda.matmul.fp32_precision
+    assert err(gram(xb, fast=True), ref_b) < 1e-5
+    assert err(gram(x, fast=True), ref) < 2**-10
+    assert torch.backends.cuda.matmul.fp32_precision == before  # TF32 only inside the Gram
