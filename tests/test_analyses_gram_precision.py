@@ -35,6 +35,6 @@ def test_quick_run_writes_one_row_per_variant_and_column(tmp_path):
     main(["--quick", "--out", str(tmp_path)])
     df = pd.read_csv(tmp_path / "gram_precision.csv")
     assert len(df) == 3 * len(COLUMNS) and set(df["variant"]) == {"float32", "tf32", "bf16"}
-    err = df[df["column"] != "R95"].pivot(index="column", columns="variant", values="max_rel_err")
+    err = df[df["measure"] != "R95"].pivot(index="measure", columns="variant", values="max_rel_err")
     assert (err["float32"] < 1e-5).all()  # float32 products on 64 tokens: float32 rounding, far below TF32's 2^-11
     assert (err["bf16"] > err["float32"]).all() and (err["tf32"] > err["float32"]).all()

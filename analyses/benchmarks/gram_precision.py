@@ -16,10 +16,10 @@ scans in), against the float64 Gram of the same captured vectors:
 bf16 inputs), ``emulated`` on a CPU (the inputs rounded to nearest-even in float32 bits, then a float32 GEMM: the
 rounding exactly, the accumulation in the CPU's order, not the tensor cores').
 
-Per model, variant and column (``r1``, ``srank_pre``, ``srank_rot``, ``fsv_ratio``, ``fsv_lemma1`` over query and
+Per model, variant and measurement (``measure``: ``r1``, ``srank_pre``, ``srank_rot``, ``fsv_ratio``, ``fsv_lemma1`` over query and
 key heads of every layer): ``max_rel_err`` and ``median_rel_err`` (``|x - x_64| / |x_64|`` over heads), and for the
 integer ``R95`` the heads whose count changed (``changed``). Writes ``gram_precision.csv`` (``model, dtype, variant,
-method, column, heads, max_rel_err, median_rel_err, changed, prompts, tokens, device``).
+method, measure, heads, max_rel_err, median_rel_err, changed, prompts, tokens, device``).
 
     python -m analyses.benchmarks.gram_precision [--models ...] [--prompts 4] [--tokens 4096] [--device cpu] [--quick]
 """
@@ -103,7 +103,7 @@ def model_rows(model, prompts: torch.Tensor) -> list[dict]:
             b = torch.cat([ref[x][c].flatten() for x in ("q", "k")]).numpy()
             rel = np.abs(a - b) / np.maximum(np.abs(b), 1e-300)
             rows.append({"model": card.name, "dtype": str(model.dtype).removeprefix("torch."), "variant": v,
-                         "method": "hardware" if model.device.type == "cuda" else "emulated", "column": c, "heads": len(a),
+                         "method": "hardware" if model.device.type == "cuda" else "emulated", "measure": c, "heads": len(a),
                          "max_rel_err": float(rel.max()), "median_rel_err": float(np.median(rel)),
                          "changed": int((a != b).sum()) if c == "R95" else None,
                          "prompts": len(prompts), "tokens": prompts.shape[1], "device": str(model.device)})
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         del model
     df = pd.DataFrame(rows)
     out = write_rows(df, args.out / "gram_precision.csv", keys=("model", "method"), merge=not args.quick)
-    print(df.pivot_table(index=["model", "column"], columns="variant", values="max_rel_err").to_string(float_format=lambda v: f"{v:.1e}"))
+    print(df.pivot_table(index=["model", "measure"], columns="variant", values="max_rel_err").to_string(float_format=lambda v: f"{v:.1e}"))
     return out
 
 
