@@ -17,3 +17,9 @@ def test_gpu_scan_quick_mode_writes_its_table(tmp_path):
     assert list(df["tokens"]) == [32, 64] and (df["status"] == "ok").all()
     assert np.isfinite(df["ratio"]).all() and (df["forward_s"] > 0).all()
     assert "scan_all_s" in on_disk and "ratio_all" in on_disk
+    # the taps split from the model's own layers; each measure's update and the taps' parts in ph_detail
+    assert (df["ph_taps_s"] > 0).all() and (df["cf_rows"] == "none (CPU)").all()
+    for part in ("measures/spectrum", "measures/cone", "taps/pre", "taps/copies"):
+        assert df["ph_detail"].str.contains(part, regex=False).all(), part
+    phases = df[[c for c in df.columns if c.startswith("ph_") and c.endswith("_s")]]
+    assert (phases.drop(columns="ph_model_s") >= 0).all().all()
