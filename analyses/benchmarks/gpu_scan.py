@@ -172,16 +172,23 @@ def measure(model, n: int, device: str, repeats: int, engine: str) -> dict:
     return row
 
 
+def picked(choices: dict[str, dict], n: int, heads: int, device: str, column: str, gpu_default: str) -> dict:
+    """``column``: the variant a per-shape choice (``choices``, as ``triton_attention.pass2_choices``) picked for this
+    length and head count (``gpu_default`` on a GPU where none was measured), ``column_ms``: each valid variant's
+    milliseconds on the first layer."""
+    found = [c for k, c in choices.items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} h{heads} ")]
+    if not found:
+        return {column: gpu_default if device.startswith("cuda") else "none (CPU)", f"{column}_ms": ""}
+    return {column: found[0]["picked"], f"{column}_ms": " / ".join(f"{k} {v:.3g}" for k, v in found[0]["ms"].items())}
+
+
 def pass2_pick(n: int, heads: int, device: str) -> dict:
     """``pass2``: the pass-2 variant ``triton_attention`` picked for this length and head count, for the first
     reductions timed at it (the default scan's; per-head where no choice was measured), ``pass2_ms``: each valid
     variant's milliseconds on the first layer."""
     from interp.engine.kernels import triton_attention as ta
 
-    picked = [c for k, c in ta.pass2_choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} h{heads} ")]
-    if not picked:
-        return {"pass2": "per-head" if device.startswith("cuda") else "none (CPU)", "pass2_ms": ""}
-    return {"pass2": picked[0]["picked"], "pass2_ms": " / ".join(f"{k} {v:.3g}" for k, v in picked[0]["ms"].items())}
+    return picked(ta.pass2_choices(), n, heads, device, "pass2", "per-head")
 
 
 def rows_pick(n: int, heads: int, device: str) -> dict:
@@ -189,10 +196,7 @@ def rows_pick(n: int, heads: int, device: str) -> dict:
     head count, ``cf_rows_ms``: each valid variant's milliseconds on the first layer."""
     from interp.engine.kernels import triton_rows as tr
 
-    picked = [c for k, c in tr.rows_choices().items() if k.startswith(f"pos<={1 << max(0, (n - 1).bit_length())} h{heads} ")]
-    if not picked:
-        return {"cf_rows": "triton" if device.startswith("cuda") else "none (CPU)", "cf_rows_ms": ""}
-    return {"cf_rows": picked[0]["picked"], "cf_rows_ms": " / ".join(f"{k} {v:.3g}" for k, v in picked[0]["ms"].items())}
+    return picked(tr.rows_choices(), n, heads, device, "cf_rows", "triton")
 
 
 def profile(model, n: int) -> None:

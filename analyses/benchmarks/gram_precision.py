@@ -26,8 +26,6 @@ method, measure, heads, max_rel_err, median_rel_err, changed, prompts, tokens, d
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pandas as pd
 import torch
@@ -35,7 +33,7 @@ import torch
 import interp
 from analyses._common import parser, write_rows
 from analyses.p001_frayed._loop import run_names
-from interp.measures.spectrum import fsv_prediction, spectrum_metrics, tf32_matmul
+from interp.measures.spectrum import fsv_prediction, gram, spectrum_metrics
 
 VARIANTS = ("float64", "float32", "tf32", "bf16")
 COLUMNS = ("r1", "R95", "srank_pre", "srank_rot", "fsv_ratio", "fsv_lemma1")
@@ -50,28 +48,23 @@ def round_tf32(x: torch.Tensor) -> torch.Tensor:
 
 def variant_gram(x: torch.Tensor, variant: str) -> torch.Tensor:
     """``[head, d, d]`` float64 Gram ``X^T X`` per head of ``x`` ``[pos, head, d]`` (float32) in one ``VARIANTS`` precision
-    (module docstring: hardware on CUDA, emulated on a CPU).
+    (module docstring): on CUDA the scan's own ``interp.measures.spectrum.gram(..., fast=True)`` on float32 (TF32) or
+    bf16 inputs; on a CPU ``gram`` of the inputs rounded as the tensor cores would.
 
     Raises:
         ValueError: an unknown variant.
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; use one of {', '.join(VARIANTS)}")
-    xt = x.transpose(0, 1)  # [head, pos, d]
     if variant == "float64":
-        xt = xt.double()
+        xt = x.transpose(0, 1).double()
         return xt.mT @ xt
     cuda = x.is_cuda
     if variant == "bf16":
-        xb = xt.to(torch.bfloat16)
-        if cuda:
-            return torch.bmm(xb.mT, xb, out_dtype=torch.float32).double()
-        xt = xb.float()
+        x = x.to(torch.bfloat16) if cuda else x.to(torch.bfloat16).float()
     elif variant == "tf32" and not cuda:
-        xt = round_tf32(xt)
-    ctx = tf32_matmul() if variant == "tf32" and cuda else contextlib.nullcontext()
-    with ctx:
-        return (xt.mT @ xt).double()
+        x = round_tf32(x)
+    return gram(x, fast=cuda and variant != "float32")
 
 
 def metrics(g_pre: torch.Tensor, g_rot: torch.Tensor, pairing: str) -> dict[str, np.ndarray]:

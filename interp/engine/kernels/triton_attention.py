@@ -402,16 +402,21 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: flo
 
 
 def key0_weight(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float, window: int | None,
-                softcap: float | None) -> torch.Tensor:
-    """``[head, pos]`` float32 ``A[i, 0] = exp(s_i0 - lse_i)`` (0 where key 0 is outside the window)."""
-    N, H, _ = q.shape
+                softcap: float | None, pos: torch.Tensor | None = None) -> torch.Tensor:
+    """``[head, row]`` float32 ``A[i, 0] = exp(s_i0 - lse_i)`` (0 where key 0 is outside the window) of the query rows
+    ``q`` ``[row, head, d_head]`` with their ``lse`` ``[head, row]``; ``pos``: the rows' positions (None: row i is
+    position i)."""
+    H = q.shape[1]
     k0 = k[0].float().repeat_interleave(H // k.shape[1], dim=0)  # [head, d]
     s0 = torch.einsum("nhd,hd->hn", q.float(), k0) * scale
     if softcap:
         s0 = softcap * torch.tanh(s0 / softcap)
     w = torch.exp(s0 - lse)
     if window is not None:
-        w[:, window:] = 0.0
+        if pos is None:
+            w[:, window:] = 0.0
+        else:
+            w = torch.where(pos[None, :] < window, w, 0.0)
     return w
 
 

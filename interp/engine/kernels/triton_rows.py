@@ -110,19 +110,12 @@ def triton_key_weight_rows(q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor,
         ShapeError: q, k not ``[pos, head|kv_head, d_head]``.
     """
     check_qk(q, k)
-    H = q.shape[1]
     host = rows_host if rows_host is not None else rows.cpu()
     order = None if bool((host[1:] >= host[:-1]).all()) else torch.argsort(host)
     pos = rows.to(q.device) if order is None else rows.to(q.device)[order.to(q.device)]
     q_rows = q.index_select(0, pos)
     lse = rows_lse(q_rows, pos, k, scale, window, softcap, precision, block)
-    k0 = k[0].float().repeat_interleave(H // k.shape[1], dim=0)  # [head, d]
-    s0 = torch.einsum("rhd,hd->hr", q_rows.float(), k0) * scale
-    if softcap:
-        s0 = softcap * torch.tanh(s0 / softcap)
-    w = torch.exp(s0 - lse)
-    if window is not None:
-        w = torch.where(pos[None, :] < window, w, 0.0)
+    w = ta.key0_weight(q_rows, k, lse, scale, window, softcap, pos=pos)
     return w if order is None else w[:, torch.argsort(order).to(q.device)]
 
 
