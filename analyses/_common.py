@@ -271,13 +271,14 @@ def mean_interval(values, n: int = 1000, seed: int = 0) -> tuple[float, float, f
     return float(v.mean()), float(lo[0]), float(hi[0])
 
 
-def write_rows(df: pd.DataFrame, path: Path, keys: tuple[str, ...] = ("model",), merge: bool = True) -> pd.DataFrame:
+def write_rows(df: pd.DataFrame, path: Path, keys: tuple[str, ...] = ("model",), merge: bool = True,
+               float_format: str | None = None) -> pd.DataFrame:
     """Write ``df`` to ``path``, replacing the rows of its ``keys`` values and keeping the others (a run of one model
-    leaves the other models' rows, ``replace_rows``); ``merge=False`` writes ``df`` alone (quick runs); returns what
-    was written."""
+    leaves the other models' rows, ``replace_rows``); ``merge=False`` writes ``df`` alone (quick runs);
+    ``float_format`` (``"%.6g"``) keeps large per-head tables small; returns what was written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if merge and path.exists():
         df = replace_rows(pd.read_csv(path), df, list(keys))
-    df.to_csv(path, index=False)
+    df.to_csv(path, index=False, float_format=float_format)
     return df
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import interp
-from analyses.p001_frayed.sink_beyond import MEASURES, SPECTRUM, main, parse_lengths, prefix_means
+from analyses.p001_frayed.sink_beyond import LAST, MEASURES, SPECTRUM, main, parse_lengths, prefix_means
 from tests.conftest import random_tokens
 
 
@@ -24,6 +24,21 @@ def test_prefix_means_with_every_row_equal_a_scan_of_each_prefix(name):
             np.testing.assert_allclose(got[n][m].ravel(), heads[m].to_numpy(), rtol=2e-5, atol=1e-6, err_msg=f"{m} at {n}")
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_last_rows_means_are_the_prefix_means_difference(name):
+    """The mean over the last r queries of an n-token prefix is (n * mean_n - (n - r) * mean_{n-r}) / r, with both
+    prefix means exact (every row); with r >= n it is the prefix mean itself."""
+    model = interp.load_model(name)
+    cap = interp.capture(model, random_tokens(40, seed=4))
+    exact = prefix_means(model, cap, [24, 40, 16], rows=64)  # rows >= n: every mean exact
+    last = prefix_means(model, cap, [40, 16], rows=16)
+    for m in MEASURES:
+        want = (40 * exact[40][m] - 24 * exact[24][m]) / 16
+        np.testing.assert_allclose(last[40][m + "_last"], want, rtol=1e-9, atol=1e-9, err_msg=m)
+        np.testing.assert_allclose(last[16][m + "_last"], exact[16][m], rtol=1e-9, atol=1e-9, err_msg=m)
+        assert not np.allclose(last[40][m + "_last"], exact[40][m]), m  # the last queries differ from the average
+
+
 def test_stratified_rows_estimate_is_close_to_the_exact_mean():
     model = interp.load_model("tiny-llama")
     cap = interp.capture(model, random_tokens(256, seed=5))
@@ -40,10 +55,10 @@ def test_quick_run_writes_both_tables(tmp_path):
     per = pd.read_csv(tmp_path / "sink_beyond_prompts.csv")
     summary = pd.read_csv(tmp_path / "sink_beyond.csv")
     heads = pd.read_csv(tmp_path / "sink_beyond_heads.csv")
-    assert set(per["measure"]) == set(MEASURES + SPECTRUM) and sorted(per["length"].unique()) == [32, 64, 128]
+    assert set(per["measure"]) == set(MEASURES + LAST + SPECTRUM) and sorted(per["length"].unique()) == [32, 64, 128]
     assert set(summary["length_to"]) == {64, 128} and (summary["prompts"] == 3).all()
     # per head: the mean over the 3 prompts inside its bootstrap interval, one row per layer, head, length and measure
-    assert len(heads) == 2 * 4 * 3 * len(MEASURES + SPECTRUM)  # tiny-llama: 2 layers x 4 heads
+    assert len(heads) == 2 * 4 * 3 * len(MEASURES + LAST + SPECTRUM)  # tiny-llama: 2 layers x 4 heads
     assert (heads["lo"] <= heads["mean"] + 1e-12).all() and (heads["mean"] <= heads["hi"] + 1e-12).all()
     mean = per[(per["length"] == 128) & (per["measure"] == "sink_weight")]["median"]
     assert heads["prompts"].eq(3).all() and len(mean) == 3

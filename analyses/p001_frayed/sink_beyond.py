@@ -16,6 +16,11 @@ the rest, ``interp.attention.stratified_rows``; unbiased for the mean over all `
 - ``sink_weight_norope``: the same with ``softmax(q_pre . k_pre)`` (same scale, mask, soft-cap), the scan's
   ``sink_weight_norope``;
 - ``max_qk_rot`` / ``max_qk_pre``: ``mean_{i<n} max_{j<=i} q_i . k_j`` (raw dot products), the scan's columns;
+- ``sink_weight_last``, ``sink_weight_norope_last``, ``max_qk_rot_last``, ``max_qk_pre_last``: the same four over
+  the prefix's last ``--rows`` queries ``[n - rows, n)`` only (every one, exactly). The prefix means above average
+  every query from position 0, so past the context they still hold the in-context queries (a quarter of them at
+  4x); these read the curve at position ``n``, the queries that see the whole prefix, which is how a causal model
+  "decays to zero over time" (001 Sec. 3.2.1; 001 does not say which queries Fig. 6 averages);
 - ``srank_k_pre``, ``srank_k_rot``, ``srank_q_pre``, ``srank_q_rot``, ``fsv_ratio_k`` (001 Fig. 4): stable ranks and
   the key FSV ratio of the prefix's queries and keys, from its Gram matrices ``sum_{i<n} x_i x_i^T`` (every row, exact:
   accumulated chunk by chunk between the lengths, float32 products summed in float64, as ``interp scan``'s
@@ -30,7 +35,7 @@ prompts (``frayed_bootstrap.changes``). The tiny-model test checks the estimates
 Writes ``sink_beyond_prompts.csv`` (``model, prompt, length, context, measure, median``), ``sink_beyond.csv``
 (``model, measure, length_from, length_to, beyond_context, prompts, change, change_lo, change_hi, positive,
 value_from, value_to, boot``) and, per head, ``sink_beyond_heads.csv`` (``model, layer, head, length, context, measure,
-mean, lo, hi, prompts``: the mean over prompts with its 95% bootstrap interval over prompts).
+mean, lo, hi, prompts``: the mean over prompts with its 95% bootstrap interval over prompts; six significant digits).
 
 ``--lengths`` takes token counts or multiples of each model's context (``0.125x,1x,2x,4x``), so one run sweeps models
 of different contexts to the same multiples (the ``sink`` step of ``analyses/benchmarks/device_check.sh``).
@@ -56,6 +61,7 @@ from interp.measures.geometry import max_qk
 from interp.measures.spectrum import gram, spectrum_metrics
 
 MEASURES = ["sink_weight", "sink_weight_norope", "max_qk_rot", "max_qk_pre"]
+LAST = [m + "_last" for m in MEASURES]  # the same means over the prefix's last ``rows`` queries only
 SPECTRUM = ["srank_k_pre", "srank_k_rot", "srank_q_pre", "srank_q_rot", "fsv_ratio_k"]
 
 
@@ -77,28 +83,30 @@ def query_rows(n: int, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
 
 def prefix_means(model, cap, lengths: list[int], rows: int, seed: int = 0) -> dict[int, dict[str, np.ndarray]]:
     """Per length ``n``: ``{measure: [layer, head] float64}``, the means over the ``n``-token prefix's queries of each
-    ``MEASURES`` column and the ``SPECTRUM`` columns of the prefix, from one capture of the longest prompt (module
-    docstring).
+    ``MEASURES`` column, the same over its last ``rows`` queries (``LAST``) and the ``SPECTRUM`` columns of the prefix,
+    from one capture of the longest prompt (module docstring).
 
     Args:
         model: the ``LoadedModel`` captured (its card gives each layer's scale, window and soft-cap).
         cap: ``interp.Capture`` of one prompt at least ``max(lengths)`` long.
-        lengths: prefix lengths; rows: ``query_rows``' count (all rows when ``n <= 2 * rows``); seed: the rows' seed
-            (the same rows for every layer and head).
+        lengths: prefix lengths; rows: ``query_rows``' count (all rows when ``n <= 2 * rows``) and the ``LAST`` means'
+            count of last queries; seed: the rows' seed (the same rows for every layer and head).
     """
     card = model.card
     lengths = sorted(lengths)
-    out = {n: {m: np.zeros((card.n_layers, card.n_heads)) for m in MEASURES + SPECTRUM} for n in lengths}
+    out = {n: {m: np.zeros((card.n_layers, card.n_heads)) for m in MEASURES + LAST + SPECTRUM} for n in lengths}
     for n in lengths:
-        pos, w = query_rows(n, rows, seed + n)
+        last = torch.arange(max(0, n - rows), n)
+        samples = (("", *query_rows(n, rows, seed + n)), ("_last", last, torch.full((len(last),), 1.0 / len(last), dtype=torch.float64)))
         for layer in range(card.n_layers):
             scale, window = card.attn_scale[layer], card.sliding_window[layer]
             for name, q, k in (("", cap.q_rot[layer], cap.k_rot[layer]), ("_pre", cap.q_pre[layer], cap.k_pre[layer])):
                 q, k = q[:n], k[:n]
-                a0 = key_weight_rows(q, k, pos, scale, window, card.softcap, key=0).double().cpu()  # [head, row]
-                mq = max_qk(q, k, window, queries=pos).double().cpu()
-                out[n]["sink_weight" + ("_norope" if name else "")][layer] = (a0 * w).sum(-1).numpy()
-                out[n]["max_qk" + (name or "_rot")][layer] = (mq * w).sum(-1).numpy()
+                for suffix, pos, w in samples:
+                    a0 = key_weight_rows(q, k, pos, scale, window, card.softcap, key=0).double().cpu()  # [head, row]
+                    mq = max_qk(q, k, window, queries=pos).double().cpu()
+                    out[n]["sink_weight" + ("_norope" if name else "") + suffix][layer] = (a0 * w).sum(-1).numpy()
+                    out[n]["max_qk" + (name or "_rot") + suffix][layer] = (mq * w).sum(-1).numpy()
     kv = kv_index(card)
     for layer in range(card.n_layers):
         grams = {}
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--lengths", default="1024,2048,4096,8192,16384",
                     help="prefix lengths: token counts, or multiples of each model's context (0.125x,1x,4x)")
     ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--rows", type=int, default=256, help="query rows per length: this many first positions, this many stratified over the rest")
+    ap.add_argument("--rows", type=int, default=256, help="query rows per length: this many first positions, this many stratified over the rest; the *_last means' last queries")
     ap.add_argument("--corpus", default="stdlib", help="stdlib (pydoc holds 113k tokens: 6 prompts of 16384)")
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu")
@@ -192,7 +200,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     summary = changes(per_df, boot)
     merge = not args.quick
     write_rows(per_df, args.out / "sink_beyond_prompts.csv", keys=("model",), merge=merge)
-    write_rows(pd.concat(heads, ignore_index=True), args.out / "sink_beyond_heads.csv", keys=("model",), merge=merge)
+    write_rows(pd.concat(heads, ignore_index=True), args.out / "sink_beyond_heads.csv", keys=("model",), merge=merge,
+               float_format="%.6g")
     out = write_rows(summary, args.out / "sink_beyond.csv", keys=("model",), merge=merge)
     print(summary[summary["beyond_context"]][["model", "measure", "length_from", "length_to", "change", "change_lo",
                                                "change_hi", "positive"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
