@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import interp
-from analyses.p001_frayed.sink_beyond import LAST, MEASURES, SPECTRUM, main, parse_lengths, prefix_means
+from analyses.p001_frayed.sink_beyond import LAST, MEASURES, SPECTRUM, figure, main, parse_lengths, prefix_means
 from tests.conftest import random_tokens
 
 
@@ -62,6 +62,11 @@ def test_quick_run_writes_both_tables(tmp_path):
     assert (heads["lo"] <= heads["mean"] + 1e-12).all() and (heads["mean"] <= heads["hi"] + 1e-12).all()
     mean = per[(per["length"] == 128) & (per["measure"] == "sink_weight")]["median"]
     assert heads["prompts"].eq(3).all() and len(mean) == 3
+    # Fig. 6: per panel two measures x (all, last queries), each a band and a line; the lines carry the prompts' means
+    fig = figure(per, 200)
+    lines = {(t.xaxis, t.name): t for t in fig.data if t.fill is None}
+    assert len(lines) == 8 and (tmp_path / "sink_beyond.html").exists()
+    np.testing.assert_allclose(lines["x", "with RoPE, all queries"].y, per[per["measure"] == "sink_weight"].groupby("length")["median"].mean())
 
 
 def test_lengths_are_token_counts_or_multiples_of_the_context():

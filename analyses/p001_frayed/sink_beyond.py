@@ -34,24 +34,31 @@ prompts (``frayed_bootstrap.changes``). The tiny-model test checks the estimates
 
 Writes ``sink_beyond_prompts.csv`` (``model, prompt, length, context, measure, median``), ``sink_beyond.csv``
 (``model, measure, length_from, length_to, beyond_context, prompts, change, change_lo, change_hi, positive,
-value_from, value_to, boot``) and, per head, ``sink_beyond_heads.csv`` (``model, layer, head, length, context, measure,
-mean, lo, hi, prompts``: the mean over prompts with its 95% bootstrap interval over prompts; six significant digits).
+value_from, value_to, boot``), per head ``sink_beyond_heads.csv`` (``model, layer, head, length, context, measure,
+mean, lo, hi, prompts``: the mean over prompts with its 95% bootstrap interval over prompts; six significant digits)
+and the figure ``sink_beyond.png`` (+ ``.html``; ``figure``): Fig. 6's two panels per model with bootstrap bands, the
+last-queries curves dashed (``--from-table figures/sink_beyond_prompts.csv`` redraws it without a model run).
 
 ``--lengths`` takes token counts or multiples of each model's context (``0.125x,1x,2x,4x``), so one run sweeps models
 of different contexts to the same multiples (the ``sink`` step of ``analyses/benchmarks/device_check.sh``).
 
     python -m analyses.p001_frayed.sink_beyond [--models smollm2-135m] [--lengths 1024,2048,4096,8192,16384]
         [--prompts 8] [--rows 256] [--corpus stdlib] [--boot 2000] [--device cpu] [--quick] [--out DIR]
+    python -m analyses.p001_frayed.sink_beyond --from-table figures/sink_beyond_prompts.csv   # only the figure
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import torch
+from plotly.subplots import make_subplots
 
 import interp
-from analyses._common import parser, write_rows
+from analyses._common import parser, save_figure, write_rows
 from analyses.p001_frayed._loop import model_runs
 from analyses.p001_frayed.frayed_bootstrap import changes
 from interp.experiments.stats import bootstrap_interval
@@ -162,6 +169,44 @@ def head_rows(name: str, context: int, lengths: list[int], per_prompt: list[dict
     return pd.concat(frames, ignore_index=True)
 
 
+PANELS = (("sink weight on token 0", ("sink_weight", "sink_weight_norope")),
+          ("largest q.k per query", ("max_qk_rot", "max_qk_pre")))
+
+
+def figure(per: pd.DataFrame, boot: int) -> go.Figure:
+    """001 Fig. 6 with intervals: per model (rows) the sink weight (left) and the largest q.k per query (right)
+    against the prefix length, with RoPE (blue) and pre-RoPE (orange), over all the prefix's queries (solid) and its
+    last ``--rows`` queries (dashed); mean over prompts of the per-prompt median over heads, with its 95% bootstrap
+    band over prompts; dotted line: the model's context.
+
+    Args:
+        per: ``sink_beyond_prompts.csv`` rows (``model, prompt, length, context, measure, median``).
+    """
+    models = list(dict.fromkeys(per["model"]))
+    fig = make_subplots(rows=len(models), cols=2, subplot_titles=[f"{m}: {t}" for m in models for t, _ in PANELS])
+    for r, model in enumerate(models, 1):
+        g = per[per["model"] == model]
+        for c, (_, measures) in enumerate(PANELS, 1):
+            for measure, color in zip(measures, ("#1f77b4", "#ff7f0e")):
+                for suffix, dash in (("", "solid"), ("_last", "dash")):
+                    wide = g[g["measure"] == measure + suffix].pivot(index="length", columns="prompt", values="median")
+                    if wide.empty:
+                        continue  # a table from before the *_last columns
+                    lo, hi = bootstrap_interval(wide.to_numpy(), boot)
+                    x = wide.index.to_numpy()
+                    fig.add_trace(go.Scatter(x=np.r_[x, x[::-1]], y=np.r_[hi, lo[::-1]], mode="lines", fill="toself", line=dict(width=0),
+                                             fillcolor=color, opacity=0.15, showlegend=False, hoverinfo="skip"), r, c)
+                    label = ("with RoPE" if measure in ("sink_weight", "max_qk_rot") else "pre-RoPE") + (
+                        ", last queries" if suffix else ", all queries")
+                    fig.add_trace(go.Scatter(x=x, y=wide.mean(axis=1), name=label, legendgroup=label, showlegend=r == 1 and c == 1,
+                                             mode="lines+markers", line=dict(color=color, dash=dash)), r, c)
+            fig.add_vline(x=int(g["context"].iloc[0]), line_dash="dot", line_color="#888", row=r, col=c)
+            fig.update_xaxes(type="log", title_text="prefix length (tokens)", row=r, col=c)
+    fig.update_layout(title="001 Fig. 6 past the context: median over heads, mean over prompts, 95% bootstrap band "
+                      "(dotted: the context)", height=420 * len(models), width=1200)
+    return fig
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = parser(__doc__, "tiny-llama, 3 random-token prompts at 32, 64 and 128 tokens, 200 resamples")
     ap.set_defaults(models=["smollm2-135m"])
@@ -172,7 +217,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--corpus", default="stdlib", help="stdlib (pydoc holds 113k tokens: 6 prompts of 16384)")
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--from-table", type=Path, default=None, help="only redraw the figure from a saved sink_beyond_prompts.csv")
     args = ap.parse_args(argv)
+    if args.from_table is not None:
+        save_figure(figure(pd.read_csv(args.from_table), args.boot), args.out, "sink_beyond")
+        return pd.read_csv(args.from_table)
     spec = "32,64,128" if args.quick else args.lengths
     try:
         parse_lengths(spec, 1)
@@ -203,6 +252,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     write_rows(pd.concat(heads, ignore_index=True), args.out / "sink_beyond_heads.csv", keys=("model",), merge=merge,
                float_format="%.6g")
     out = write_rows(summary, args.out / "sink_beyond.csv", keys=("model",), merge=merge)
+    save_figure(figure(pd.read_csv(args.out / "sink_beyond_prompts.csv"), boot), args.out, "sink_beyond")
     print(summary[summary["beyond_context"]][["model", "measure", "length_from", "length_to", "change", "change_lo",
                                                "change_hi", "positive"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return out
