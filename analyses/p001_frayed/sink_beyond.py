@@ -39,11 +39,15 @@ mean, lo, hi, prompts``: the mean over prompts with its 95% bootstrap interval o
 and the figure ``sink_beyond.png`` (+ ``.html``; ``figure``): Fig. 6's two panels per model with bootstrap bands, the
 last-queries curves dashed (``--from-table figures/sink_beyond_prompts.csv`` redraws it without a model run).
 
+``--stem`` renames the outputs: the committed fine grid between one and two contexts, ``sink_beyond_fine*``, is
+``--stem sink_beyond_fine --lengths 8192,9216,10240,11264,12288,13312,14336,15360,16384`` (where the last queries'
+sink weight dies).
+
 ``--lengths`` takes token counts or multiples of each model's context (``0.125x,1x,2x,4x``), so one run sweeps models
 of different contexts to the same multiples (the ``sink`` step of ``analyses/benchmarks/device_check.sh``).
 
     python -m analyses.p001_frayed.sink_beyond [--models smollm2-135m] [--lengths 1024,2048,4096,8192,16384]
-        [--prompts 8] [--rows 256] [--corpus stdlib] [--boot 2000] [--device cpu] [--quick] [--out DIR]
+        [--prompts 8] [--rows 256] [--corpus stdlib] [--boot 2000] [--device cpu] [--stem sink_beyond] [--quick] [--out DIR]
     python -m analyses.p001_frayed.sink_beyond --from-table figures/sink_beyond_prompts.csv   # only the figure
 """
 
@@ -218,9 +222,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--from-table", type=Path, default=None, help="only redraw the figure from a saved sink_beyond_prompts.csv")
+    ap.add_argument("--stem", default="sink_beyond", help="the tables' and figure's file name stem (sink_beyond_fine: the fine grid)")
     args = ap.parse_args(argv)
     if args.from_table is not None:
-        save_figure(figure(pd.read_csv(args.from_table), args.boot), args.out, "sink_beyond")
+        save_figure(figure(pd.read_csv(args.from_table), args.boot), args.out, args.stem)
         return pd.read_csv(args.from_table)
     spec = "32,64,128" if args.quick else args.lengths
     try:
@@ -248,11 +253,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     per_df = pd.DataFrame(per)
     summary = changes(per_df, boot)
     merge = not args.quick
-    write_rows(per_df, args.out / "sink_beyond_prompts.csv", keys=("model",), merge=merge)
-    write_rows(pd.concat(heads, ignore_index=True), args.out / "sink_beyond_heads.csv", keys=("model",), merge=merge,
+    write_rows(per_df, args.out / f"{args.stem}_prompts.csv", keys=("model",), merge=merge)
+    write_rows(pd.concat(heads, ignore_index=True), args.out / f"{args.stem}_heads.csv", keys=("model",), merge=merge,
                float_format="%.6g")
-    out = write_rows(summary, args.out / "sink_beyond.csv", keys=("model",), merge=merge)
-    save_figure(figure(pd.read_csv(args.out / "sink_beyond_prompts.csv"), boot), args.out, "sink_beyond")
+    out = write_rows(summary, args.out / f"{args.stem}.csv", keys=("model",), merge=merge)
+    save_figure(figure(pd.read_csv(args.out / f"{args.stem}_prompts.csv"), boot), args.out, args.stem)
     print(summary[summary["beyond_context"]][["model", "measure", "length_from", "length_to", "change", "change_lo",
                                                "change_hi", "positive"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return out
