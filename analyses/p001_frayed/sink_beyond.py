@@ -222,10 +222,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--from-table", type=Path, default=None, help="only redraw the figure from a saved sink_beyond_prompts.csv")
-    ap.add_argument("--stem", default="sink_beyond", help="the tables' and figure's file name stem (sink_beyond_fine: the fine grid)")
+    ap.add_argument("--stem", default="sink_beyond", help="the tables' and figure's file name stem, starting with sink_beyond (sink_beyond_fine: the fine grid)")
     args = ap.parse_args(argv)
+    if not args.stem.startswith("sink_beyond"):
+        ap.error(f"--stem {args.stem!r} must start with sink_beyond (sink_beyond_fine), so the analyses index finds its files")
+    suffix = args.stem[len("sink_beyond"):]
     if args.from_table is not None:
-        save_figure(figure(pd.read_csv(args.from_table), args.boot), args.out, args.stem)
+        save_figure(figure(pd.read_csv(args.from_table), args.boot), args.out, f"sink_beyond{suffix}")
         return pd.read_csv(args.from_table)
     spec = "32,64,128" if args.quick else args.lengths
     try:
@@ -257,7 +260,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     write_rows(pd.concat(heads, ignore_index=True), args.out / f"{args.stem}_heads.csv", keys=("model",), merge=merge,
                float_format="%.6g")
     out = write_rows(summary, args.out / f"{args.stem}.csv", keys=("model",), merge=merge)
-    save_figure(figure(pd.read_csv(args.out / f"{args.stem}_prompts.csv"), boot), args.out, args.stem)
+    save_figure(figure(pd.read_csv(args.out / f"{args.stem}_prompts.csv"), boot), args.out, f"sink_beyond{suffix}")
     print(summary[summary["beyond_context"]][["model", "measure", "length_from", "length_to", "change", "change_lo",
                                                "change_hi", "positive"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return out
