@@ -25,8 +25,9 @@
 #              with and without RoPE and max q.k, within and beyond the context (001 Figs. 4, 6, 11; Fig. 6 at 4-8x);
 #              needs the SmolLM2 zoo file (make venv); sized for one call of at most 8 minutes (not yet timed);
 #   sink       claims 001d / 001e at 4-8x the context (issue 47): analyses/p001_frayed/sink_beyond.py, 16 stdlib prompts per
-#              model captured once at the longest length, every prefix length's sink weight with and without RoPE,
-#              max q.k, stable ranks and key FSV ratio, per head with bootstrap intervals over prompts: SmolLM2 (context
+#              model captured once at the longest length, every prefix length's sink weight with and without RoPE and
+#              max q.k (over all its queries and over its last 256), stable ranks and key FSV ratio, per head with
+#              bootstrap intervals over prompts, and the Fig. 6 figure (PNG only where kaleido is installed): SmolLM2 (context
 #              8192) at 1k-64k (8x), then Qwen2.5-Coder-0.5B and Gemma-3-270M (context 32768) at 1k-128k (4x), one
 #              model per call so a failure keeps the others' tables (the CPU run stopped at 32k, 4x; not yet timed on a
 #              GPU: 150 + 165 + 165 s at most);
