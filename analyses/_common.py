@@ -34,6 +34,7 @@ def save_figure(fig, out: Path, stem: str) -> str:
     PNG export needs kaleido and a Chromium (``pip install kaleido``; ``apt-get install chromium``); without them
     the HTML alone is written and a line says so.
     """
+    out.mkdir(parents=True, exist_ok=True)  # a figure redrawn from a saved table may be the first file in out
     fig.write_html(out / f"{stem}.html", include_plotlyjs="cdn")
     try:
         fig.write_image(out / f"{stem}.png", scale=1)

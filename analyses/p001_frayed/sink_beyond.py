@@ -191,8 +191,8 @@ def figure(per: pd.DataFrame, boot: int) -> go.Figure:
     for r, model in enumerate(models, 1):
         g = per[per["model"] == model]
         for c, (_, measures) in enumerate(PANELS, 1):
-            for measure, color in zip(measures, ("#1f77b4", "#ff7f0e")):
-                for suffix, dash in (("", "solid"), ("_last", "dash")):
+            for measure, color, kind in zip(measures, ("#1f77b4", "#ff7f0e"), ("with RoPE", "pre-RoPE")):
+                for suffix, dash, queries in (("", "solid", "all queries"), ("_last", "dash", "last queries")):
                     wide = g[g["measure"] == measure + suffix].pivot(index="length", columns="prompt", values="median")
                     if wide.empty:
                         continue  # a table from before the *_last columns
@@ -200,8 +200,7 @@ def figure(per: pd.DataFrame, boot: int) -> go.Figure:
                     x = wide.index.to_numpy()
                     fig.add_trace(go.Scatter(x=np.r_[x, x[::-1]], y=np.r_[hi, lo[::-1]], mode="lines", fill="toself", line=dict(width=0),
                                              fillcolor=color, opacity=0.15, showlegend=False, hoverinfo="skip"), r, c)
-                    label = ("with RoPE" if measure in ("sink_weight", "max_qk_rot") else "pre-RoPE") + (
-                        ", last queries" if suffix else ", all queries")
+                    label = f"{kind}, {queries}"
                     fig.add_trace(go.Scatter(x=x, y=wide.mean(axis=1), name=label, legendgroup=label, showlegend=r == 1 and c == 1,
                                              mode="lines+markers", line=dict(color=color, dash=dash)), r, c)
             fig.add_vline(x=int(g["context"].iloc[0]), line_dash="dot", line_color="#888", row=r, col=c)
@@ -226,10 +225,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     if not args.stem.startswith("sink_beyond"):
         ap.error(f"--stem {args.stem!r} must start with sink_beyond (sink_beyond_fine), so the analyses index finds its files")
-    suffix = args.stem[len("sink_beyond"):]
+    suffix = args.stem[len("sink_beyond"):]  # save_figure's stem as f"sink_beyond{suffix}": the index reads the literal part
     if args.from_table is not None:
-        save_figure(figure(pd.read_csv(args.from_table), args.boot), args.out, f"sink_beyond{suffix}")
-        return pd.read_csv(args.from_table)
+        per_df = pd.read_csv(args.from_table)
+        save_figure(figure(per_df, args.boot), args.out, f"sink_beyond{suffix}")
+        return per_df
     spec = "32,64,128" if args.quick else args.lengths
     try:
         parse_lengths(spec, 1)
@@ -256,11 +256,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     per_df = pd.DataFrame(per)
     summary = changes(per_df, boot)
     merge = not args.quick
-    write_rows(per_df, args.out / f"{args.stem}_prompts.csv", keys=("model",), merge=merge)
+    all_prompts = write_rows(per_df, args.out / f"{args.stem}_prompts.csv", keys=("model",), merge=merge)
     write_rows(pd.concat(heads, ignore_index=True), args.out / f"{args.stem}_heads.csv", keys=("model",), merge=merge,
                float_format="%.6g")
     out = write_rows(summary, args.out / f"{args.stem}.csv", keys=("model",), merge=merge)
-    save_figure(figure(pd.read_csv(args.out / f"{args.stem}_prompts.csv"), boot), args.out, f"sink_beyond{suffix}")
+    save_figure(figure(all_prompts, boot), args.out, f"sink_beyond{suffix}")  # every model in the table, this run's and kept ones
     print(summary[summary["beyond_context"]][["model", "measure", "length_from", "length_to", "change", "change_lo",
                                                "change_hi", "positive"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return out
